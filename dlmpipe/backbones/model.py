@@ -1,0 +1,178 @@
+"""Native bidirectional transformer shared by the LLaDA and Dream/Qwen2 families.
+
+One module, written as the math reads (gpt-fast style). The caching engine never calls
+``forward`` on partial inputs; it composes the per-layer primitives below (norms, projections,
+RoPE at explicit positions, attention over explicit key/value rows, FFN) so that every cache
+works on every family.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class BackboneConfig:
+    family: str  # "llada" | "dream"
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    mlp_hidden: int
+    vocab_size: int
+    rope_theta: float
+    norm_eps: float
+    qkv_bias: bool
+    mask_id: int
+    stop_ids: list[int] = field(default_factory=list)
+    pad_id: int | None = None
+    logit_shift: bool = False  # Dream: logits for token j come from row j-1
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: BackboneConfig):
+        super().__init__()
+        d, hd = cfg.d_model, cfg.head_dim
+        self.attn_norm = RMSNorm(d, cfg.norm_eps)
+        self.q_proj = nn.Linear(d, cfg.n_heads * hd, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
+        self.attn_out = nn.Linear(cfg.n_heads * hd, d, bias=False)
+        self.ff_norm = RMSNorm(d, cfg.norm_eps)
+        self.ff_gate = nn.Linear(d, cfg.mlp_hidden, bias=False)
+        self.ff_up = nn.Linear(d, cfg.mlp_hidden, bias=False)
+        self.ff_down = nn.Linear(cfg.mlp_hidden, d, bias=False)
+
+    def ffn(self, h: Tensor) -> Tensor:
+        """Pre-normed SwiGLU feed-forward delta (without the residual)."""
+        n = self.ff_norm(h)
+        return self.ff_down(F.silu(self.ff_gate(n)) * self.ff_up(n))
+
+
+class Backbone(nn.Module):
+    """Bidirectional masked-diffusion transformer with cache-friendly primitives.
+
+    Tensors are batched: hidden states ``[B, T, d]``, heads ``[B, H, T, hd]``.
+    """
+
+    def __init__(self, cfg: BackboneConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self._rope_cache: dict[tuple, tuple[Tensor, Tensor]] = {}
+
+    # ---- primitives -------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos/sin tables ``[T, hd]`` at explicit absolute positions (float32, Llama layout)."""
+        hd = self.cfg.head_dim
+        key = (positions.device, hd)
+        n_needed = int(positions.max()) + 1 if positions.numel() else 1
+        cached = self._rope_cache.get(key)
+        if cached is None or cached[0].shape[0] < n_needed:
+            n = max(n_needed, 512 if cached is None else 2 * cached[0].shape[0])
+            inv_freq = 1.0 / (
+                self.cfg.rope_theta
+                ** (torch.arange(0, hd, 2, dtype=torch.float32, device=positions.device) / hd)
+            )
+            t = torch.arange(n, dtype=torch.float32, device=positions.device)
+            freqs = torch.outer(t, inv_freq)
+            emb = torch.cat([freqs, freqs], dim=-1)
+            cached = (emb.cos(), emb.sin())
+            self._rope_cache[key] = cached
+        return cached[0][positions], cached[1][positions]
+
+    @staticmethod
+    def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """Rotate ``x [B, H, T, hd]`` (non-interleaved rotate_half), computed in float32."""
+        x32 = x.float()
+        half = x32.shape[-1] // 2
+        rotated = torch.cat([-x32[..., half:], x32[..., :half]], dim=-1)
+        return (x32 * cos + rotated * sin).to(x.dtype)
+
+    def split_heads(self, x: Tensor, n_heads: int) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, n_heads, self.cfg.head_dim).transpose(1, 2)
+
+    def qkv(self, layer: int, h: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys (RoPE'd at ``positions``) and values for hidden rows ``h [B, T, d]``."""
+        blk = self.blocks[layer]
+        n = blk.attn_norm(h)
+        cos, sin = self.rope(positions)
+        q = self.apply_rope(self.split_heads(blk.q_proj(n), self.cfg.n_heads), cos, sin)
+        k = self.apply_rope(self.split_heads(blk.k_proj(n), self.cfg.n_kv_heads), cos, sin)
+        v = self.split_heads(blk.v_proj(n), self.cfg.n_kv_heads)
+        return q, k, v
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Bidirectional attention of query rows over explicit key/value rows (GQA aware).
+
+        ``q [B, H, Tq, hd]``, ``k, v [B, Hkv, Tk, hd]`` -> ``[B, Tq, H*hd]`` (before attn_out).
+        """
+        groups = self.cfg.n_heads // self.cfg.n_kv_heads
+        if groups > 1:
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+        o = F.scaled_dot_product_attention(q, k, v)
+        b, h, t, hd = o.shape
+        return o.transpose(1, 2).reshape(b, t, h * hd)
+
+    def attn_output(self, layer: int, o: Tensor) -> Tensor:
+        return self.blocks[layer].attn_out(o)
+
+    def ffn(self, layer: int, h: Tensor) -> Tensor:
+        return self.blocks[layer].ffn(h)
+
+    def logits(self, h: Tensor) -> Tensor:
+        """Raw output logits of final hidden rows (no shift applied)."""
+        return self.head(self.final_norm(h)).float()
+
+    # ---- full forward -----------------------------------------------------------------
+    def layer(self, layer: int, h: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One full block over all rows; returns the new hidden states and this layer's K/V."""
+        q, k, v = self.qkv(layer, h, positions)
+        h = h + self.attn_output(layer, self.attend(q, k, v))
+        h = h + self.ffn(layer, h)
+        return h, k, v
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        """``input_ids [B, N]`` -> raw logits ``[B, N, V]`` (each row's own output)."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        h = self.embed(input_ids)
+        for i in range(self.cfg.n_layers):
+            h, _, _ = self.layer(i, h, positions)
+        return self.logits(h)
+
+    def shift(self, raw_logits: Tensor) -> Tensor:
+        """Logits as the sampler reads them: row j predicts token j (Dream shifts by one)."""
+        if not self.cfg.logit_shift:
+            return raw_logits
+        return torch.cat([raw_logits[:, :1], raw_logits[:, :-1]], dim=1)

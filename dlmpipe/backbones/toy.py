@@ -1,0 +1,193 @@
+"""Train the toy backbone: a small LLaDA-shaped model, masked-diffusion objective, on the CPU.
+
+The result is saved in LLaDA's exact on-disk format (config.json with LLaDA's fields, sharded
+safetensors with LLaDA's key names, a character-level tokenizer loadable with AutoTokenizer),
+so it goes through the very loader real LLaDA checkpoints use. Deterministic given the seed and
+the thread count.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from ..tasks.toy import GENERATORS
+from .loading import checkpoint_key_map
+from .model import Backbone, BackboneConfig
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|startoftext|>", "<|mdm_mask|>", "<|eot_id|>",
+                  "<|start_header_id|>", "<|end_header_id|>"]
+CHARS = ["\n"] + [chr(c) for c in range(32, 127)]
+
+
+def build_tokenizer(out_dir: Path):
+    """Character-level fast tokenizer with LLaDA's special tokens, saved in HF format."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
+    vocab["<unk>"] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<|startoftext|>", eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>", mask_token="<|mdm_mask|>", unk_token="<unk>",
+        additional_special_tokens=SPECIAL_TOKENS[3:])
+    tok.save_pretrained(str(out_dir))
+    return tok
+
+
+def llada_config_json(cfg: BackboneConfig, tok) -> dict:
+    """config.json with the fields of LLaDA-8B-Instruct's, at the toy's sizes."""
+    return {
+        "architectures": ["LLaDAModelLM"],
+        "auto_map": {"AutoConfig": "configuration_llada.LLaDAConfig",
+                     "AutoModel": "modeling_llada.LLaDAModelLM",
+                     "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM"},
+        "model_type": "llada",
+        "activation_type": "silu",
+        "alibi": False,
+        "attention_dropout": 0.0,
+        "attention_layer_norm": False,
+        "block_type": "llama",
+        "d_model": cfg.d_model,
+        "embedding_dropout": 0.0,
+        "embedding_size": cfg.vocab_size,
+        "eos_token_id": tok.convert_tokens_to_ids("<|endoftext|>"),
+        "pad_token_id": tok.convert_tokens_to_ids("<|endoftext|>"),
+        "bos_token_id": tok.convert_tokens_to_ids("<|startoftext|>"),
+        "mask_token_id": tok.convert_tokens_to_ids("<|mdm_mask|>"),
+        "include_bias": False,
+        "include_qkv_bias": False,
+        "init_device": "meta",
+        "layer_norm_type": "rms",
+        "max_sequence_length": 4096,
+        "mlp_hidden_size": cfg.mlp_hidden,
+        "mlp_ratio": cfg.mlp_hidden // cfg.d_model,
+        "multi_query_attention": None,
+        "n_heads": cfg.n_heads,
+        "n_kv_heads": cfg.n_kv_heads,
+        "n_layers": cfg.n_layers,
+        "rms_norm_eps": cfg.norm_eps,
+        "rope": True,
+        "rope_theta": cfg.rope_theta,
+        "scale_logits": False,
+        "vocab_size": cfg.vocab_size,
+        "weight_tying": False,
+        "torch_dtype": "float32",
+    }
+
+
+def save_llada_checkpoint(model: Backbone, tok, out_dir: Path, n_shards: int = 2) -> None:
+    """Write config.json, ``model-0000i-of-0000n.safetensors`` shards and the index."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    native_to_ckpt = {v: k for k, v in checkpoint_key_map(model.cfg).items()}
+    tensors = {native_to_ckpt[n]: p.detach().contiguous().clone()
+               for n, p in model.state_dict().items()}
+    keys = sorted(tensors)
+    per = math.ceil(len(keys) / n_shards)
+    weight_map, total = {}, 0
+    for s in range(n_shards):
+        name = f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors"
+        chunk = {k: tensors[k] for k in keys[s * per:(s + 1) * per]}
+        save_file(chunk, str(out_dir / name), metadata={"format": "pt"})
+        weight_map.update({k: name for k in chunk})
+        total += sum(t.numel() * t.element_size() for t in chunk.values())
+    (out_dir / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    (out_dir / "config.json").write_text(json.dumps(llada_config_json(model.cfg, tok), indent=2))
+
+
+def _batch(rng: random.Random, tok, tasks: list[str], batch: int, gen_len: int, pad_id: int):
+    """Left-padded prompts + answers padded with EOS to ``gen_len`` (LLaDA SFT layout)."""
+    prompts, answers = [], []
+    for _ in range(batch):
+        ex = GENERATORS[rng.choice(tasks)](rng)
+        p = tok(ex["prompt"], add_special_tokens=False)["input_ids"]
+        a = tok(ex["answer"], add_special_tokens=False)["input_ids"][:gen_len]
+        prompts.append(p)
+        answers.append(a + [pad_id] * (gen_len - len(a)))
+    plen = max(map(len, prompts))
+    ids = torch.full((batch, plen + gen_len), pad_id, dtype=torch.long)
+    key_mask = torch.zeros((batch, plen + gen_len), dtype=torch.bool)
+    for i, (p, a) in enumerate(zip(prompts, answers)):
+        ids[i, plen - len(p):plen] = torch.tensor(p)
+        ids[i, plen:] = torch.tensor(a)
+        key_mask[i, plen - len(p):] = True
+    return ids, key_mask, plen
+
+
+def _masked_forward(model: Backbone, ids: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    """Training forward that ignores left padding (RoPE is relative, so this equals inference
+    on the unpadded prompt)."""
+    h = model.embed(ids)
+    positions = torch.arange(ids.shape[1])
+    attn_mask = key_mask[:, None, None, :]
+    for i in range(model.cfg.n_layers):
+        q, k, v = model.qkv(i, h, positions)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        b, hh, t, hd = o.shape
+        h = h + model.attn_output(i, o.transpose(1, 2).reshape(b, t, hh * hd))
+        h = h + model.ffn(i, h)
+    return model.logits(h)
+
+
+def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 1500, batch_size: int = 64,
+              d_model: int = 128, n_layers: int = 4, n_heads: int = 4, mlp_hidden: int = 384,
+              gen_length: int = 16, lr: float = 2e-3, threads: int = 2,
+              tasks: tuple[str, ...] = ("toy_code", "toy_arith"), log=print) -> dict:
+    """Train and save the toy backbone; returns training statistics."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    rng = random.Random(f"train:{seed}")
+    tok = build_tokenizer(out_dir)
+    vocab = 128
+    assert len(tok) <= vocab
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    mask_id = tok.convert_tokens_to_ids("<|mdm_mask|>")
+    cfg = BackboneConfig(family="llada", d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                         n_kv_heads=n_heads, mlp_hidden=mlp_hidden, vocab_size=vocab,
+                         rope_theta=10000.0, norm_eps=1e-5, qkv_bias=False, mask_id=mask_id,
+                         stop_ids=[eos], pad_id=eos)
+    model = Backbone(cfg)
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            torch.nn.init.normal_(p, std=0.02)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    start = time.perf_counter()
+    losses = []
+    for step in (bar := tqdm(range(steps), desc="train toy backbone", mininterval=5)):
+        ids, key_mask, plen = _batch(rng, tok, list(tasks), batch_size, gen_length, eos)
+        t = torch.rand(batch_size, 1).clamp(min=1e-3)
+        masked = torch.zeros_like(ids, dtype=torch.bool)
+        masked[:, plen:] = torch.rand(batch_size, gen_length) < t
+        noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
+        logits = _masked_forward(model, noisy, key_mask)
+        ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
+        loss = (ce / t.expand_as(ids)[masked]).sum() / (batch_size * gen_length)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 100 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-100:]) / len(losses[-100:]):.3f}")
+    model.eval()
+    save_llada_checkpoint(model, tok, out_dir)
+    stats = {"seed": seed, "steps": steps, "batch_size": batch_size, "final_loss": sum(losses[-50:]) / 50,
+             "train_seconds": time.perf_counter() - start, "parameters": sum(p.numel() for p in model.parameters())}
+    (out_dir / "training.json").write_text(json.dumps(stats, indent=2))
+    log(f"toy backbone: {stats}")
+    return stats

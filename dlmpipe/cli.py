@@ -1,0 +1,140 @@
+"""The commands the workflow rules call: ``python -m dlmpipe <command> ...``.
+
+Each command is a thin argument parser around one library function; the logic lives in the
+library where it is unit-tested. Imports are lazy so ``--help`` and cheap commands stay fast.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _train_toy(a: argparse.Namespace) -> None:
+    from .backbones.toy import train_toy
+
+    train_toy(a.out, **json.loads(a.options))
+
+
+def _prepare_backbone(a: argparse.Namespace) -> None:
+    from .backbones.manifest import write_manifest
+
+    write_manifest(a.path, a.out, name=a.name, dtype=a.dtype, chat=a.chat)
+
+
+def _prepare_task(a: argparse.Namespace) -> None:
+    from .tasks import load_task, write_task_table
+
+    write_task_table(load_task(a.name, **json.loads(a.options)), a.out)
+
+
+def _generate(a: argparse.Namespace) -> None:
+    from .generate import run_generation_job
+
+    run_generation_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
+                       out=a.out, provenance=a.provenance, seed=a.seed, device=a.device,
+                       config_hash=a.config_hash, shard=a.shard, warmup=not a.no_warmup)
+
+
+def _score(a: argparse.Namespace) -> None:
+    from .scoring.score import score_generations
+
+    score_generations(a.generations, a.task_file, a.out, workers=a.workers)
+
+
+def _score_samples(a: argparse.Namespace) -> None:
+    from .scoring.samples import score_samples
+
+    score_samples(task=a.task, samples=a.samples, out=a.out, workers=a.workers,
+                  options=json.loads(a.options))
+
+
+def _summarize(a: argparse.Namespace) -> None:
+    from .analysis.summary import summarize
+
+    summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet, out_csv=a.out_csv)
+
+
+def _plot(a: argparse.Namespace) -> None:
+    from .analysis.plots import plot_pareto
+
+    plot_pareto(a.summary, a.out_dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dlmpipe", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("train-toy", help="train the toy backbone and save it in LLaDA's format")
+    s.add_argument("--out", required=True)
+    s.add_argument("--options", default="{}", help="JSON keyword arguments of train_toy")
+    s.set_defaults(func=_train_toy)
+
+    s = sub.add_parser("prepare-backbone", help="check a checkpoint directory, write its manifest")
+    s.add_argument("--path", required=True)
+    s.add_argument("--name", required=True)
+    s.add_argument("--dtype", default="float32")
+    s.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=_prepare_backbone)
+
+    s = sub.add_parser("prepare-task", help="load a benchmark into tasks/{t}.parquet")
+    s.add_argument("--name", required=True)
+    s.add_argument("--options", default="{}", help="JSON loader options (n, seed, source, limit, ids)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=_prepare_task)
+
+    s = sub.add_parser("generate", help="decode every sample of a task with one method")
+    s.add_argument("--manifest", required=True)
+    s.add_argument("--task-file", required=True)
+    s.add_argument("--method", required=True, help="JSON: name, sampler{...}, cache{...}, gen_length")
+    s.add_argument("--out", required=True)
+    s.add_argument("--provenance", required=True)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--config-hash", default="")
+    s.add_argument("--shard", default="0/1", help="i/n: this job decodes samples i, i+n, ...")
+    s.add_argument("--no-warmup", action="store_true")
+    s.set_defaults(func=_generate)
+
+    s = sub.add_parser("score", help="score generations (code in the sandbox, answers by match)")
+    s.add_argument("--generations", required=True)
+    s.add_argument("--task-file", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--workers", type=int, default=0, help="parallel programs (0: all cores)")
+    s.set_defaults(func=_score)
+
+    s = sub.add_parser("score-samples", help="score external EvalPlus-style samples")
+    s.add_argument("--task", required=True)
+    s.add_argument("--samples", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--workers", type=int, default=0)
+    s.add_argument("--options", default="{}", help="JSON task loader options (source, limit, ids)")
+    s.set_defaults(func=_score_samples)
+
+    s = sub.add_parser("summarize", help="one summary row per (backbone, task, method)")
+    s.add_argument("--scores", nargs="+", required=True)
+    s.add_argument("--reference", required=True)
+    s.add_argument("--out-parquet", required=True)
+    s.add_argument("--out-csv", required=True)
+    s.set_defaults(func=_summarize)
+
+    s = sub.add_parser("plot", help="quality-vs-speedup Pareto plots per (backbone, task)")
+    s.add_argument("--summary", required=True)
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=_plot)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError) as e:
+        from .backbones.loading import CheckpointError
+
+        if isinstance(e, (CheckpointError, FileNotFoundError)) or type(e) is ValueError:
+            print(f"dlmpipe {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        raise
+    return 0

@@ -1,0 +1,66 @@
+"""Task registry: name -> loader returning rows in the task-file schema (docs/ARCHITECTURE.md).
+
+A loader takes the task's options from config.yaml (``n``, ``seed``, ``source``, ``limit``,
+``ids``...) and returns a list of row dicts. ``prepare_task`` writes them as a parquet table.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .toy import make_examples
+
+TASK_COLUMNS = ["task_id", "prompt", "kind", "answer", "code_prefix", "test", "entry_point"]
+
+
+def _toy_loader(task: str) -> Callable[..., list[dict]]:
+    def load(n: int = 40, seed: int = 1000, **_: object) -> list[dict]:
+        rows = make_examples(task, n, seed)
+        for r in rows:
+            # the completion continues the prompt's `return `; the program is prompt + completion
+            r["code_prefix"] = r["prompt"] if r["kind"] == "code" else ""
+        return rows
+    return load
+
+
+TASKS: dict[str, Callable[..., list[dict]]] = {
+    "toy_code": _toy_loader("toy_code"),
+    "toy_arith": _toy_loader("toy_arith"),
+}
+
+
+def select(rows: list[dict], limit: int | None = None, ids: list[str] | None = None) -> list[dict]:
+    """Subset by explicit ids (in the given order) and/or the first ``limit`` rows."""
+    if ids:
+        by_id = {r["task_id"]: r for r in rows}
+        unknown = [i for i in ids if i not in by_id]
+        if unknown:
+            raise ValueError(f"unknown task id(s): {unknown[:5]}")
+        rows = [by_id[i] for i in ids]
+    if limit is not None:
+        rows = rows[:limit]
+    return rows
+
+
+def load_task(name: str, **options) -> list[dict]:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
+    limit, ids = options.pop("limit", None), options.pop("ids", None)
+    rows = select(TASKS[name](**options), limit=limit, ids=ids)
+    return [{c: str(r.get(c, "") or "") for c in TASK_COLUMNS} for r in rows]
+
+
+def write_task_table(rows: list[dict], out: str | Path) -> None:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist(rows, schema=pa.schema([(c, pa.string()) for c in TASK_COLUMNS]))
+    tmp = out.with_suffix(".tmp.parquet")
+    pq.write_table(table, tmp)
+    tmp.replace(out)
+
+
+def read_task_table(path: str | Path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
