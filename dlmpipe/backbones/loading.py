@@ -194,6 +194,16 @@ def load_tokenizer(path: Path):
     raise CheckpointError(f"{path}: tokenizer missing (no tokenizer.json, nor vocab.json + merges.txt)")
 
 
+def check_checkpoint(path: Path) -> BackboneConfig:
+    """Validate a checkpoint directory without materializing weights; returns its config."""
+    cfg = read_config(path)
+    load_tokenizer(path)
+    with torch.device("meta"):
+        model = Backbone(cfg)
+    _check_keys_and_shapes(model, checkpoint_key_map(cfg), shard_files(path))
+    return cfg
+
+
 def load_backbone(path: str | Path, dtype: str | torch.dtype = "float32",
                   device: str | torch.device = "cpu", with_tokenizer: bool = True) -> LoadedBackbone:
     """Load a local checkpoint directory into the native backbone (see module docstring)."""

@@ -1,0 +1,39 @@
+"""Backbone manifests: the workflow's handle on a checkpoint directory.
+
+``prepare-backbone`` checks that the directory loads (config, shards, keys, shapes, tokenizer)
+and writes ``backbones/{b}/manifest.json`` with the path, family, special ids and a fingerprint
+of the weight files, so downstream jobs rerun when the checkpoint changes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from .loading import check_checkpoint
+
+
+def checkpoint_fingerprint(path: Path) -> str:
+    """Cheap, content-sensitive fingerprint: names, sizes and mtimes of the checkpoint files."""
+    h = hashlib.sha256()
+    for f in sorted(path.iterdir()):
+        if f.is_file():
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def write_manifest(path: str | Path, out: str | Path, name: str, dtype: str = "float32",
+                   chat: bool = False) -> dict:
+    path = Path(path).resolve()
+    cfg = check_checkpoint(path)
+    manifest = {"name": name, "path": str(path), "family": cfg.family, "dtype": dtype,
+                "chat": chat, "config": cfg.to_dict(), "fingerprint": checkpoint_fingerprint(path)}
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def read_manifest(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text())
