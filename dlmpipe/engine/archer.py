@@ -1,0 +1,111 @@
+"""Archer: prompt-K/V reuse with state-anchored refresh (METHODS.md §2.2, Algorithm 1).
+
+A full forward builds every layer's prompt K/V under the current response g and sets the anchor
+g_r = g. A cached forward embeds only the response rows and runs them through every layer,
+attending to [cached prompt K/V || fresh response K/V] at true RoPE positions; no response state
+is kept across steps. Before each forward the controller decides: refresh when the Hamming
+distance d_H(g, g_r) (MASK is a symbol) reaches K, or, for the age controller, every A updates.
+
+For logit-shifted families (Dream) the last prompt row is computed with the response rows, since
+it produces the first response position's logits.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..backbones.model import Backbone
+from .base import Cache
+
+
+def hamming_distance(a: Tensor, b: Tensor) -> int:
+    return int((a != b).sum())
+
+
+def parse_radius(K) -> float:
+    if isinstance(K, str):
+        if K.lower() in ("inf", "infinity", ".inf"):
+            return math.inf
+        K = int(K)
+    if K < 1:
+        raise ValueError(f"archer K must be >= 1 or inf (got {K})")
+    return float(K)
+
+
+class ArcherCache(Cache):
+    name = "archer"
+
+    def __init__(self, model: Backbone, K=8, refresh: str = "distance", A: int = 8):
+        super().__init__(model)
+        if refresh not in ("distance", "age"):
+            raise ValueError(f"archer refresh must be 'distance' or 'age' (got {refresh!r})")
+        self.K, self.refresh, self.A = parse_radius(K), refresh, A
+        self.refresh_distances: list[int] = []
+
+    def begin(self, x: Tensor, prompt_len: int) -> None:
+        super().begin(x, prompt_len)
+        cfg = self.model.cfg
+        n = x.shape[0]
+        # rows computed on the cached path: the response, plus the last prompt row when shifted
+        self.first_row = prompt_len - 1 if cfg.logit_shift else prompt_len
+        shape = (cfg.n_layers, 1, cfg.n_kv_heads, n, cfg.head_dim)
+        dtype, device = self.model.embed.weight.dtype, self.model.device
+        self.keys = torch.empty(shape, dtype=dtype, device=device)
+        self.values = torch.empty(shape, dtype=dtype, device=device)
+        self.positions = torch.arange(n, device=device)
+        self.anchor: Tensor | None = None
+        self.updates_since_refresh = 0
+        self.refresh_distances = []
+
+    def _needs_refresh(self, response: Tensor) -> bool:
+        if self.refresh == "age":
+            return self.updates_since_refresh >= self.A
+        return hamming_distance(response, self.anchor) >= self.K
+
+    def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
+        P = self.prompt_len
+        response = x[P:]
+        self.stats.forwards += 1
+        if self.anchor is None:
+            return self._full_forward(x)
+        self.updates_since_refresh += 1
+        if self._needs_refresh(response):
+            self.stats.refreshes += 1
+            self.refresh_distances.append(hamming_distance(response, self.anchor))
+            return self._full_forward(x)
+        self.stats.cached_forwards += 1
+        return self._cached_forward(x)
+
+    def _full_forward(self, x: Tensor) -> Tensor:
+        """Exact logits and every layer's K/V under the current response; re-anchor."""
+        m = self.model
+        h = m.embed(x[None])
+        for i in range(m.cfg.n_layers):
+            h, k, v = m.layer(i, h, self.positions)
+            self.keys[i].copy_(k)
+            self.values[i].copy_(v)
+        self.anchor = x[self.prompt_len:].clone()
+        self.updates_since_refresh = 0
+        return m.shift(m.logits(h))[0, self.prompt_len:]
+
+    def _cached_forward(self, x: Tensor) -> Tensor:
+        """Run only rows [first_row, N) through every layer over cached prompt K/V."""
+        m, f = self.model, self.first_row
+        positions = self.positions[f:]
+        h = m.embed(x[None, f:])
+        for i in range(m.cfg.n_layers):
+            q, k, v = m.qkv(i, h, positions)
+            keys, values = self.keys[i], self.values[i]
+            keys[:, :, f:] = k
+            values[:, :, f:] = v
+            h = h + m.attn_output(i, m.attend(q, keys, values))
+            h = h + m.ffn(i, h)
+        logits = m.logits(h)
+        if m.cfg.logit_shift:  # row P-1 predicts position P: drop the last row's prediction
+            return logits[0, :-1]
+        return logits[0]
+
+    def extra_stats(self) -> dict:
+        return {"refresh_distances": list(self.refresh_distances)}

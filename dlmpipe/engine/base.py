@@ -1,0 +1,50 @@
+"""The cache side of the sampler/cache seam.
+
+A cache turns the current sequence into the response logits the sampler reads and owns every
+reuse and refresh decision; it never decides tokens. ``block`` is the sampler's current block
+in response coordinates ``(lo, hi)``; block-wise caches use it, others ignore it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from ..backbones.model import Backbone
+
+
+@dataclass
+class CacheStats:
+    forwards: int = 0          # every model evaluation (NFE)
+    cached_forwards: int = 0   # forwards served by a cached (partial) path
+    refreshes: int = 0         # full forwards that rebuilt the cache after the first one
+
+    def as_dict(self) -> dict:
+        return {"nfe": self.forwards, "cached_forwards": self.cached_forwards,
+                "refreshes": self.refreshes}
+
+
+class Cache:
+    """Base class: subclasses implement ``response_logits``."""
+
+    name = "base"
+    #: True when every call returns valid logits for all G response rows (rollback samplers need it)
+    serves_all_rows = True
+
+    def __init__(self, model: Backbone):
+        self.model = model
+        self.prompt_len = 0
+        self.stats = CacheStats()
+
+    def begin(self, x: Tensor, prompt_len: int) -> None:
+        """Start a new sample whose sequence is ``x [N]`` with the prompt in ``x[:prompt_len]``."""
+        self.prompt_len = prompt_len
+        self.stats = CacheStats()
+
+    def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
+        """Logits ``[G, V]`` for the response positions, as the sampler reads them (shifted)."""
+        raise NotImplementedError
+
+    def extra_stats(self) -> dict:
+        """Method-specific statistics recorded with each sample (e.g. distances at refresh)."""
+        return {}

@@ -1,0 +1,17 @@
+"""Full recompute ("none"): one bidirectional forward over all N positions per step.
+
+The exactness reference every other cache is tested against.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from .base import Cache
+
+
+class FullRecompute(Cache):
+    name = "none"
+
+    def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
+        self.stats.forwards += 1
+        return self.model.shift(self.model(x[None]))[0, self.prompt_len:]

@@ -1,0 +1,234 @@
+"""The decode loop (sampler <-> cache) and the resumable generation job.
+
+``decode`` is the whole per-sample algorithm: the cache computes response logits, the sampler
+updates the response, until the sampler is done. ``run_generation_job`` loads the model once,
+decodes every sample of a task (or of one shard of it), journals each finished sample so a
+killed job resumes without losing or duplicating samples, and writes the generations parquet
+and a provenance file atomically.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from torch import Tensor
+
+from .backbones.model import Backbone
+from .engine.base import Cache
+from .samplers.base import Sampler
+
+
+@dataclass
+class DecodeResult:
+    response: Tensor              # [G] final response token ids
+    time_s: float                 # synchronized wall time of the whole generation
+    stats: dict = field(default_factory=dict)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def decode(model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor, gen_len: int,
+           generator: torch.Generator | None = None) -> DecodeResult:
+    """Decode one sample: ``prompt_ids [P]`` -> response ``[G]`` (batch size 1)."""
+    device = model.device
+    P = prompt_ids.shape[0]
+    x = torch.cat([prompt_ids.to(device),
+                   torch.full((gen_len,), model.cfg.mask_id, dtype=torch.long, device=device)])
+    _sync(device)
+    start = time.perf_counter()
+    sampler.begin(P, gen_len, model.cfg.mask_id, generator)
+    cache.begin(x, P)
+    while not sampler.done:
+        logits = cache.response_logits(x, sampler.block)
+        sampler.step(x, logits)
+    _sync(device)
+    elapsed = time.perf_counter() - start
+    stats = {**sampler.stats(), **cache.stats.as_dict(), **cache.extra_stats()}
+    return DecodeResult(response=x[P:].cpu(), time_s=elapsed, stats=stats)
+
+
+def cut_at_stop(ids: list[int], stop_ids: list[int]) -> list[int]:
+    for i, t in enumerate(ids):
+        if t in stop_ids:
+            return ids[:i]
+    return ids
+
+
+def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
+    """Prompt token ids; chat backbones get the tokenizer's chat template around the text."""
+    if chat:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu:{platform.processor() or platform.machine()}:{torch.get_num_threads()}t"
+
+
+def sample_seed(seed: int, task_id: str) -> int:
+    """Per-sample seed: independent of shard layout and resume order."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{task_id}".encode()).digest()[:8], "little") >> 1
+
+
+def shard_range(n: int, shard: str) -> range:
+    """Contiguous sample range of shard ``i/k`` (disjoint, covering 0..n-1)."""
+    i, k = (int(v) for v in shard.split("/"))
+    if not 0 <= i < k:
+        raise ValueError(f"bad shard {shard!r}: need i/k with 0 <= i < k")
+    return range(i * n // k, (i + 1) * n // k)
+
+
+# --------------------------------------------------------------------------------------
+# journal: append-only JSON lines, one per finished sample; survives a killed job
+# --------------------------------------------------------------------------------------
+class Journal:
+    """Finished samples of an interrupted job. The header pins the job's identity, so a
+    journal left by a job with other parameters is discarded rather than mixed in."""
+
+    def __init__(self, path: Path, identity: dict):
+        self.path = path
+        self.identity = identity
+        self.rows: dict[int, dict] = {}
+        if path.exists():
+            self._load()
+        if not self.rows:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"identity": identity}) + "\n")
+
+    def _load(self) -> None:
+        lines = self.path.read_text().split("\n")
+        try:
+            header = json.loads(lines[0])
+        except json.JSONDecodeError:
+            return
+        if header.get("identity") != self.identity:
+            return
+        for line in lines[1:]:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a partially written last line from a killed job
+            self.rows[row["sample_index"]] = row
+
+    def append(self, row: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.rows[row["sample_index"]] = row
+
+
+GENERATION_SCHEMA = pa.schema([
+    ("sample_index", pa.int64()), ("task_id", pa.string()), ("completion", pa.string()),
+    ("token_ids", pa.list_(pa.int64())), ("steps", pa.int64()), ("nfe", pa.int64()),
+    ("refreshes", pa.int64()), ("cached_forwards", pa.int64()), ("revisions", pa.int64()),
+    ("time_s", pa.float64()), ("device", pa.string()), ("backbone", pa.string()),
+    ("task", pa.string()), ("method", pa.string()), ("sampler", pa.string()),
+    ("cache", pa.string()), ("params", pa.string()), ("stats", pa.string()),
+])
+
+
+def write_parquet_atomic(rows: list[dict], schema: pa.Schema, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    os.replace(tmp, out)
+
+
+def git_revision() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device) -> dict:
+    import transformers
+
+    from . import __version__
+    return {"dlmpipe": __version__, "git_revision": git_revision(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "config_hash": config_hash, "seed": seed, "device": device_name(device),
+            "host": socket.gethostname(), "backbone": manifest["name"],
+            "backbone_fingerprint": manifest.get("fingerprint"), "method": method,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def run_generation_job(manifest: str, task_file: str, method: dict, out: str, provenance: str,
+                       seed: int = 0, device: str = "auto", config_hash: str = "",
+                       shard: str = "0/1", warmup: bool = True) -> None:
+    from tqdm import tqdm
+
+    from .backbones.loading import load_backbone
+    from .backbones.manifest import read_manifest
+    from .methods import build_method
+    from .tasks import read_task_table
+
+    out_path = Path(out)
+    man = read_manifest(manifest)
+    dev = resolve_device(device)
+    rows = read_task_table(task_file)
+    indices = shard_range(len(rows), shard)
+    gen_len = int(method["gen_length"])
+    identity = {"method": method, "seed": seed, "shard": shard, "task_file_rows": len(rows),
+                "backbone": man.get("fingerprint"), "device": device_name(dev)}
+    journal = Journal(out_path.with_name(out_path.name + ".journal.jsonl"), identity)
+    todo = [i for i in indices if i not in journal.rows]
+
+    if todo:
+        loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
+        model, tok = loaded.model, loaded.tokenizer
+        sampler, cache = build_method(method, model)
+        params = json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
+
+        def run(i: int) -> DecodeResult:
+            prompt = encode_prompt(tok, rows[i]["prompt"], chat=bool(man.get("chat")))
+            gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
+            return decode(model, sampler, cache, torch.tensor(prompt, dtype=torch.long), gen_len, gen)
+
+        if warmup:
+            run(todo[0])  # one warm-up generation, untimed (measurement convention)
+        for i in tqdm(todo, desc=f"{man['name']}/{Path(task_file).stem}/{method['name']}", mininterval=2):
+            res = run(i)
+            ids = res.response.tolist()
+            text = tok.decode(cut_at_stop(ids, model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])),
+                              skip_special_tokens=False)
+            st = res.stats
+            journal.append({
+                "sample_index": i, "task_id": rows[i]["task_id"], "completion": text, "token_ids": ids,
+                "steps": st["steps"], "nfe": st["nfe"], "refreshes": st["refreshes"],
+                "cached_forwards": st["cached_forwards"], "revisions": st["revisions"],
+                "time_s": res.time_s, "device": device_name(dev), "backbone": man["name"],
+                "task": Path(task_file).stem, "method": method["name"],
+                "sampler": method["sampler"]["name"], "cache": method["cache"]["name"],
+                "params": params, "stats": json.dumps(st)})
+
+    final = [journal.rows[i] for i in indices]
+    write_parquet_atomic(final, GENERATION_SCHEMA, out_path)
+    prov = Path(provenance)
+    prov.write_text(json.dumps(provenance_record(seed, config_hash, man, method, dev), indent=2))
+    journal.path.unlink(missing_ok=True)

@@ -1,0 +1,53 @@
+"""The sampler side of the seam: logits -> next response state. A sampler never calls the model."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class Sampler:
+    name = "base"
+    #: True when the sampler reads logits of every response row at every step (rollback)
+    needs_all_rows = False
+
+    def begin(self, prompt_len: int, gen_len: int, mask_id: int,
+              generator: torch.Generator | None = None) -> None:
+        self.prompt_len, self.gen_len, self.mask_id = prompt_len, gen_len, mask_id
+        self.generator = generator
+        self.steps = 0
+        self.done = False
+        self.first_token: Tensor | None = None  # token first held by each position (revisions)
+        self.revised: Tensor | None = None
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """Current block in response coordinates."""
+        return (0, self.gen_len)
+
+    def step(self, x: Tensor, logits: Tensor) -> None:
+        """Update ``x [N]`` in place from response logits ``[G, V]``."""
+        raise NotImplementedError
+
+    # -- revision bookkeeping shared by all samplers ------------------------------------
+    def _track(self, response: Tensor) -> None:
+        """Record first tokens and mark positions re-masked or replaced after holding one."""
+        if self.first_token is None:
+            self.first_token = torch.full_like(response, -1)
+            self.revised = torch.zeros_like(response, dtype=torch.bool)
+        held = self.first_token >= 0
+        self.revised |= held & (response != self.first_token)
+        newly = (~held) & (response != self.mask_id)
+        self.first_token[newly] = response[newly]
+
+    def stats(self) -> dict:
+        revisions = int(self.revised.sum()) if self.revised is not None else 0
+        return {"steps": self.steps, "revisions": revisions}
+
+
+def gumbel_argmax(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
+    """LLaDA's sampling: ``argmax(exp(l) / (-log u) ** T)`` in float64; plain argmax at T = 0."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    l64 = logits.to(torch.float64)
+    u = torch.rand(l64.shape, dtype=torch.float64, generator=generator, device="cpu").to(l64.device)
+    return (l64.exp() / (-torch.log(u)) ** temperature).argmax(-1)

@@ -1,0 +1,65 @@
+"""LLaDA low-confidence remasking (METHODS.md §1.1): the Archer main table's speed reference."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .base import Sampler, gumbel_argmax
+
+
+def transfer_schedule(n_masked: int, steps: int) -> list[int]:
+    """Uniform split of a block's masks over its steps, the remainder to the first steps."""
+    base, rem = divmod(n_masked, steps)
+    return [base + (1 if i < rem else 0) for i in range(steps)]
+
+
+class LLaDAConfidence(Sampler):
+    name = "llada_confidence"
+
+    def __init__(self, block_length: int | None = None, steps: int | None = None,
+                 temperature: float = 0.0):
+        self.block_length_opt, self.steps_opt, self.temperature = block_length, steps, temperature
+
+    def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator)
+        self.block_length = self.block_length_opt or gen_len
+        total_steps = self.steps_opt or gen_len
+        if gen_len % self.block_length:
+            raise ValueError(f"gen_length {gen_len} is not a multiple of block_length {self.block_length}")
+        self.num_blocks = gen_len // self.block_length
+        if total_steps % self.num_blocks:
+            raise ValueError(f"steps {total_steps} is not a multiple of the {self.num_blocks} blocks")
+        self.steps_per_block = total_steps // self.num_blocks
+        self.block_index, self.block_step = 0, 0
+        self.schedule: list[int] = []
+
+    @property
+    def block(self) -> tuple[int, int]:
+        lo = self.block_index * self.block_length
+        return (lo, lo + self.block_length)
+
+    def step(self, x: Tensor, logits: Tensor) -> None:
+        P = self.prompt_len
+        response = x[P:]
+        lo, hi = self.block
+        if self.block_step == 0:
+            self.schedule = transfer_schedule(int((response[lo:hi] == self.mask_id).sum()),
+                                              self.steps_per_block)
+        x0 = gumbel_argmax(logits, self.temperature, self.generator)
+        p = torch.softmax(logits.to(torch.float64), dim=-1)
+        confidence = torch.gather(p, -1, x0[:, None])[:, 0]
+        masked = response == self.mask_id
+        confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), dtype=torch.float64,
+                                                                  device=confidence.device))
+        confidence[:lo] = float("-inf")
+        confidence[hi:] = float("-inf")
+        k = self.schedule[self.block_step]
+        if k > 0:
+            chosen = torch.topk(confidence, k).indices
+            response[chosen] = x0[chosen]
+        self.steps += 1
+        self._track(response)
+        self.block_step += 1
+        if self.block_step == self.steps_per_block:
+            self.block_index, self.block_step = self.block_index + 1, 0
+            self.done = self.block_index == self.num_blocks
