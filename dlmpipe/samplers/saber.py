@@ -50,10 +50,11 @@ class Saber(Sampler):
         response = x[self.prompt_len:]
         device = response.device
         edge = self.block[1]
-        logits = logits.clone()
-        logits[:, self.mask_id] = float("-inf")
-        tok = gumbel_argmax(logits, self.temperature, self.generator).cpu()
-        p = torch.softmax(logits.to(torch.float64), dim=-1).gather(-1, tok[:, None].to(device))[:, 0].cpu()
+        without_mask = logits.clone()
+        without_mask[:, self.mask_id] = float("-inf")
+        tok = gumbel_argmax(without_mask, self.temperature, self.generator)
+        p = torch.softmax(logits.to(torch.float64), dim=-1).gather(-1, tok[:, None])[:, 0].cpu()
+        tok = tok.cpu()
 
         # 2. scores left of the block edge, drift against last step's scores
         s = torch.full((self.gen_len,), float("-inf"), dtype=torch.float64)
