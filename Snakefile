@@ -1,0 +1,59 @@
+"""dlmpipe: one config.yaml -> a finished evaluation campaign (see docs/ARCHITECTURE.md).
+
+    snakemake --cores all                          # the default campaign (config.yaml)
+    snakemake --cores all --configfile my.yaml     # another campaign (replaces config.yaml)
+    snakemake --report report.html                 # summary table and Pareto plots, one file
+"""
+import os
+import sys
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+# Parsing here and every job's `python -m dlmpipe` use the library of this checkout, also inside
+# conda environments that do not install it.
+DLMPIPE_SRC = workflow.basedir
+sys.path.insert(0, DLMPIPE_SRC)
+shell.prefix("set -euo pipefail; export PYTHONPATH={DLMPIPE_SRC:q}${{PYTHONPATH:+:$PYTHONPATH}}; ")
+
+from dlmpipe.campaign import Campaign, check_config
+
+
+# A campaign given with --configfile replaces the default one instead of being merged into it
+# (a merge would keep the default's methods and tasks).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
+
+
+SCHEMA = "workflow/schemas/config.schema.yaml"
+check_config(config, os.path.join(workflow.basedir, SCHEMA))  # every error, by dotted key
+validate(config, SCHEMA)  # Snakemake's validator: same schema, fills the same defaults
+CAMPAIGN = Campaign(config, os.path.join(workflow.basedir, SCHEMA))  # beyond the schema
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/backbones.smk"
+include: "workflow/rules/tasks.smk"
+include: "workflow/rules/generate.smk"
+include: "workflow/rules/score.smk"
+include: "workflow/rules/report.smk"
+
+
+report: "workflow/report/workflow.rst"
+
+
+localrules:
+    all,
+    prepare_backbone,
+    prepare_task,
+    summarize,
+    plot,
+
+
+rule all:
+    input:
+        rules.summarize.output,
+        rules.plot.output,
+    default_target: True

@@ -1,0 +1,52 @@
+"""Quality-vs-speedup plots, one PNG per (backbone, task), with the Pareto front."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .pareto import front_steps
+
+
+def _axes_for(ax, part: pd.DataFrame, backbone: str, task: str) -> None:
+    reference = part["reference"].iloc[0]
+    on = part["pareto"].astype(bool)
+    ax.axvline(1.0, color="0.6", linestyle="--", linewidth=1, label=f"reference ({reference})")
+    ax.scatter(part.loc[~on, "speedup"], part.loc[~on, "quality"], color="tab:gray",
+               s=36, zorder=3, label="dominated")
+    ax.scatter(part.loc[on, "speedup"], part.loc[on, "quality"], color="tab:blue",
+               s=48, zorder=4, label="Pareto-optimal")
+    xs, ys = front_steps(part["quality"].tolist(), part["speedup"].tolist())
+    ax.step(xs, ys, where="pre", color="tab:blue", linewidth=1.5, zorder=2, label="Pareto front")
+    for row in part.itertuples(index=False):
+        ax.annotate(row.method, (row.speedup, row.quality), textcoords="offset points",
+                    xytext=(5, 4), fontsize=8)
+    ax.set_xlabel(f"speedup over {reference} (x, mean time per sample)")
+    ax.set_ylabel("quality (mean score)")
+    ax.set_title(f"{backbone} / {task}  (n = {int(part['n'].max())} per method)")
+    lo, hi = part["quality"].min(), part["quality"].max()
+    pad = max(0.05, 0.1 * (hi - lo))
+    ax.set_ylim(max(-0.02, lo - pad), min(1.02, hi + pad) if hi <= 1 else hi + pad)
+    ax.set_xlim(left=0, right=max(1.0, part["speedup"].max()) * 1.2)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8, framealpha=0.9)
+
+
+def plot_pareto(summary: str | Path, out_dir: str | Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = pd.read_parquet(summary)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (backbone, task), part in table.groupby(["backbone", "task"], sort=False):
+        fig, ax = plt.subplots(figsize=(7, 5), layout="constrained")
+        _axes_for(ax, part, backbone, task)
+        path = out / f"pareto_{backbone}_{task}.png"
+        fig.savefig(path, dpi=150)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,86 @@
+"""The summary table: one row per (backbone, task, method), columns per docs/ARCHITECTURE.md.
+
+Speedup is measured against a named reference method on the same backbone and task (the
+papers' convention); the Pareto flag is computed within each (backbone, task).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from .pareto import pareto_mask
+
+KEYS = ["backbone", "task", "method"]
+SUMMARY_COLUMNS = KEYS + ["quality", "n", "mean_time_s", "mean_nfe", "mean_steps",
+                          "mean_refreshes", "cached_fraction", "mean_revisions", "speedup",
+                          "reference", "pareto"]
+NEEDED = KEYS + ["sample_index", "score", "time_s", "nfe", "steps", "refreshes",
+                 "cached_forwards", "revisions"]
+
+
+def read_scores(paths: list[str | Path]) -> pd.DataFrame:
+    frames = []
+    for p in paths:
+        df = pd.read_parquet(p)
+        missing = [c for c in NEEDED if c not in df.columns]
+        if missing:
+            raise ValueError(f"{p}: scores table lacks column(s) {', '.join(missing)}")
+        frames.append(df[NEEDED])
+    if not frames:
+        raise ValueError("no scores files given")
+    scores = pd.concat(frames, ignore_index=True)
+    dup = scores.duplicated(KEYS + ["sample_index"])
+    if dup.any():
+        first = scores.loc[dup, KEYS + ["sample_index"]].iloc[0].tolist()
+        raise ValueError(f"sample scored twice: (backbone, task, method, sample_index) = {first}")
+    return scores
+
+
+def summary_table(scores: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Aggregate per-sample scores; raise when a (backbone, task) lacks the reference method."""
+    g = scores.groupby(KEYS, sort=False)
+    table = pd.DataFrame({
+        "quality": g["score"].mean(),
+        "n": g["score"].size(),
+        "mean_time_s": g["time_s"].mean(),
+        "mean_nfe": g["nfe"].mean(),
+        "mean_steps": g["steps"].mean(),
+        "mean_refreshes": g["refreshes"].mean(),
+        "cached_fraction": g["cached_forwards"].sum() / g["nfe"].sum().where(lambda s: s > 0),
+        "mean_revisions": g["revisions"].mean(),
+    }).reset_index()
+    ref = table.loc[table["method"] == reference, ["backbone", "task", "mean_time_s"]]
+    lacking = (table[["backbone", "task"]].drop_duplicates()
+               .merge(ref, on=["backbone", "task"], how="left"))
+    lacking = lacking[lacking["mean_time_s"].isna()]
+    if len(lacking):
+        pairs = ", ".join(f"{b}/{t}" for b, t in lacking[["backbone", "task"]].itertuples(index=False))
+        raise ValueError(f"reference method {reference!r} has no scores for {pairs}; "
+                         f"speedups need it on every backbone and task")
+    table = table.merge(ref.rename(columns={"mean_time_s": "reference_time_s"}),
+                        on=["backbone", "task"])
+    table["speedup"] = table["reference_time_s"] / table["mean_time_s"]
+    table["reference"] = reference
+    table["pareto"] = False
+    for _, idx in table.groupby(["backbone", "task"], sort=False).groups.items():
+        part = table.loc[idx]
+        table.loc[idx, "pareto"] = pareto_mask(part["quality"].tolist(), part["speedup"].tolist())
+    table["n"] = table["n"].astype("int64")
+    table["pareto"] = table["pareto"].astype(bool)
+    return table[SUMMARY_COLUMNS].sort_values(KEYS[:2], kind="stable").reset_index(drop=True)
+
+
+def _write_atomic(out: Path, write) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, out)
+
+
+def summarize(scores: list[str], reference: str, out_parquet: str, out_csv: str) -> pd.DataFrame:
+    table = summary_table(read_scores(scores), reference)
+    _write_atomic(Path(out_parquet), lambda p: table.to_parquet(p, index=False))
+    _write_atomic(Path(out_csv), lambda p: table.to_csv(p, index=False, float_format="%.6g"))
+    return table

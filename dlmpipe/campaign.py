@@ -1,0 +1,362 @@
+"""The campaign: config.yaml checked against its schema, defaults filled, sweeps expanded.
+
+The Snakefile calls this before any job runs. ``check_config`` applies the JSON schema
+(``workflow/schemas/config.schema.yaml``) with the same default-filling validator Snakemake
+uses and reports *every* error by its dotted key (``methods.archer.cache.K``). ``Campaign``
+adds what a schema cannot say: checkpoint directories exist, tasks are registered, sweeps
+expand into unique, readable method names, a cache can serve its sampler, blocks divide the
+generation length, and the reference method exists.
+
+``python -m dlmpipe.campaign [config.yaml ...]`` prints the expanded campaign.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+TEMPLATE_FIELD = re.compile(r"\{([^{}]*)\}")
+
+# Which response rows get fresh logits at every step. A sampler that reads the logits of every
+# response row (rollback re-scores visible tokens) cannot run over a cache that leaves rows
+# without logits (dKV-Cache caches decoded rows and gives them no queries). Keep in step with
+# ``needs_all_rows`` / ``serves_all_rows`` in dlmpipe.methods (tests/test_config.py checks).
+CACHE_LOGIT_ROWS = {"none": "all_rows", "archer": "all_rows"}
+SAMPLER_LOGIT_ROWS = {"llada_confidence": "masked_rows", "saber": "all_rows"}
+SERVES = {"all_rows": {"all_rows", "masked_rows"}, "masked_rows": {"masked_rows"}}
+
+
+class ConfigError(ValueError):
+    """An invalid campaign; every line names the offending key."""
+
+    def __init__(self, problems: list[str], source: str = "config"):
+        self.problems = problems
+        super().__init__(f"invalid {source}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+# --------------------------------------------------------------------------------------
+# schema: validation with defaults, errors named by dotted key
+# --------------------------------------------------------------------------------------
+def load_schema(path: str | Path = SCHEMA) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def _default_filling(validator_class):
+    """Snakemake's validator (jsonschema FAQ recipe): ``properties`` fill their defaults, at
+    any depth, including inside additionalProperties maps and if/then branches."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in props.items():
+                if "default" in sub:
+                    instance.setdefault(key, copy.deepcopy(sub["default"]))
+        yield from validate_properties(validator, props, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": properties})
+
+
+def validator_for(schema: dict, subschema: dict | None = None) -> jsonschema.Validator:
+    """A default-filling validator for ``subschema`` (default: the whole schema); its
+    ``#/$defs/...`` references resolve against ``schema``."""
+    target = schema if subschema is None else {**subschema, "$defs": schema.get("$defs", {})}
+    return _default_filling(jsonschema.Draft202012Validator)(target)
+
+
+def dotted(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def _join(key: str, child: str) -> str:
+    return child if key == "(top level)" else f"{key}.{child}"
+
+
+def _resolve(schema: dict, ref: str) -> dict:
+    node = schema
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return node
+
+
+def allowed_keys(schema: dict, sub: dict, instance: dict) -> list[str]:
+    """Keys a (sub)schema allows for this instance, following if/then branches that apply."""
+    keys = list(sub.get("properties", {}))
+    for branch in sub.get("allOf", []):
+        cond = branch.get("if")
+        if cond is not None and jsonschema.Draft202012Validator(cond).is_valid(instance):
+            then = branch.get("then", {})
+            then = _resolve(schema, then["$ref"]) if "$ref" in then else then
+            keys += [k for k in then.get("properties", {}) if k not in keys]
+    return keys
+
+
+def explain(error: jsonschema.ValidationError, schema: dict) -> list[str]:
+    """One line per problem, each starting with the dotted key it is about."""
+    key, v, inst, sub = dotted(error.absolute_path), error.validator, error.instance, error.schema
+    if v in ("additionalProperties", "unevaluatedProperties"):
+        allowed = allowed_keys(schema, sub, inst)
+        # keys of an if/then branch that failed on another key count as unevaluated: skip them
+        extra = [k for k in re.findall(r"'([^']*)'", error.message.split("(", 1)[-1])
+                 if k not in allowed]
+        return [f"{_join(key, k)}: unknown key (allowed here: {', '.join(allowed) or 'none'})"
+                for k in extra]
+    if v == "required":
+        missing = re.findall(r"'([^']*)' is a required property", error.message)
+        return [f"{_join(key, m)}: missing (required)" for m in missing]
+    if "propertyNames" in error.schema_path:
+        return [f"{_join(key, str(inst))}: invalid name ({error.message})"]
+    if v == "enum":
+        known = ", ".join(map(str, error.validator_value))
+        path = list(error.absolute_path)
+        if path[-2:-1] in (["sampler"], ["cache"]) and path[-1] == "name":
+            return [f"{key}: unknown {path[-2]} {inst!r}; known: {known}"]
+        return [f"{key}: {inst!r} is not one of {known}"]
+    if v in ("anyOf", "oneOf") and "description" in sub:
+        got = "" if isinstance(inst, (dict, list)) else f"{inst!r} is not valid; "
+        return [f"{key}: {got}expected {sub['description']}"]
+    return [f"{key}: {error.message}"]
+
+
+def check_config(config: dict, schema_path: str | Path = SCHEMA, source: str = "config") -> dict:
+    """Validate ``config`` in place (filling defaults) or raise ConfigError listing every error."""
+    schema = load_schema(schema_path)
+    errors = sorted(validator_for(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    bad_names = {tuple(e.absolute_path)[:-1] for e in errors
+                 if tuple(e.absolute_path)[-1:] == ("name",)}
+    problems: list[str] = []
+    for e in errors:
+        # an unknown sampler/cache name makes its parameters look unknown too: say it once
+        if e.validator == "unevaluatedProperties" and tuple(e.absolute_path) in bad_names:
+            continue
+        problems += [p for p in explain(e, schema) if p not in problems]
+    if problems:
+        raise ConfigError(problems, source)
+    return config
+
+
+# --------------------------------------------------------------------------------------
+# methods: sweeps -> concrete, named methods
+# --------------------------------------------------------------------------------------
+def canonical(value):
+    """Builtin, JSON-safe parameter values: infinity is the string "inf"."""
+    if isinstance(value, float) and math.isinf(value) and value > 0:
+        return "inf"
+    if isinstance(value, str) and value.lower() in (".inf", "inf", "infinity"):
+        return "inf"
+    return value
+
+
+def name_part(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value).lower()
+
+
+def get_dotted(method: dict, field: str):
+    part, _, param = field.partition(".")
+    if part not in ("sampler", "cache") or param not in method[part]:
+        raise KeyError(field)
+    return method[part][param]
+
+
+def method_name(base: str, spec: dict, method: dict, swept: list[str]) -> str:
+    template = spec.get("name")
+    if template is None:
+        return base + "".join(f"-{k.rsplit('.', 1)[-1].lower()}{name_part(get_dotted(method, k))}"
+                              for k in swept)
+    return TEMPLATE_FIELD.sub(lambda m: name_part(get_dotted(method, m.group(1))), template)
+
+
+def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list[str]]:
+    """All points of one method's sweep (cartesian, in config order) and the problems found."""
+    sweep = spec.get("sweep") or {}
+    swept = list(sweep)
+    where = f"methods.{base}"
+    methods, problems = [], []
+    for field in swept:
+        if field.endswith(".name"):
+            problems.append(f"{where}.sweep.{field}: sweeps vary parameters; list other "
+                            "samplers/caches as separate methods")
+    if problems:
+        return [], problems
+    for point in itertools.product(*(sweep[k] for k in swept)):
+        method = {"sampler": copy.deepcopy(spec["sampler"]), "cache": copy.deepcopy(spec["cache"])}
+        for field, value in zip(swept, point):
+            part, param = field.split(".", 1)
+            method[part][param] = value
+        for part in ("sampler", "cache"):
+            for err in validator_for(schema, schema["$defs"][part]).iter_errors(method[part]):
+                for line in explain(err, schema):
+                    k, _, rest = line.partition(": ")
+                    field = f"{part}.{k}" if k != "(top level)" else part
+                    label = (f"{where}.sweep.{field}" if field in sweep else f"{where}.{field}")
+                    problems.append(f"{label}: {rest}")
+            method[part] = {k: canonical(v) for k, v in method[part].items()}
+        if problems:
+            return [], problems
+        try:
+            method["name"] = method_name(base, spec, method, swept)
+        except KeyError as e:
+            return [], [f"{where}.name: template field {{{e.args[0]}}} is not a parameter of "
+                        "this method (use sampler.<param> or cache.<param>)"]
+        if not NAME.match(method["name"]):
+            return [], [f"{where}.name: expands to {method['name']!r}, not a valid name "
+                        "(letters, digits, _ . + -)"]
+        methods.append({"name": method["name"], "sampler": method["sampler"],
+                        "cache": method["cache"]})
+    return methods, problems
+
+
+def pairing_problem(method: dict) -> str | None:
+    sampler, cache = method["sampler"]["name"], method["cache"]["name"]
+    needs, gives = SAMPLER_LOGIT_ROWS[sampler], CACHE_LOGIT_ROWS[cache]
+    if needs not in SERVES[gives]:
+        return (f"cache {cache!r} gives fresh logits only for {gives.replace('_', ' ')}; sampler "
+                f"{sampler!r} needs {needs.replace('_', ' ')}")
+    return None
+
+
+def block_problem(method: dict, gen_length: int) -> str | None:
+    """LLaDA's block schedule: blocks tile the response, steps split evenly over blocks."""
+    s = method["sampler"]
+    block = s.get("block_length") or gen_length
+    if gen_length % block:
+        return f"sampler.block_length: {block} does not divide gen_length {gen_length}"
+    steps = s.get("steps") if s["name"] == "llada_confidence" else None
+    if steps is not None and steps % (gen_length // block):
+        return (f"sampler.steps: {steps} is not a multiple of the {gen_length // block} blocks "
+                f"(gen_length {gen_length} / block_length {block})")
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# the campaign
+# --------------------------------------------------------------------------------------
+class Campaign:
+    """A checked campaign: backbones, tasks and expanded methods, ready for the rules."""
+
+    def __init__(self, config: dict, schema_path: str | Path = SCHEMA, check_paths: bool = True,
+                 source: str = "config"):
+        self.config = check_config(config, schema_path, source)
+        schema = load_schema(schema_path)
+        problems: list[str] = []
+        if check_paths:
+            problems += self._backbone_problems()
+        problems += self._task_problems()
+        self.methods: dict[str, dict] = {}
+        origin: dict[str, str] = {}
+        for base, spec in config["methods"].items():
+            expanded, found = expand_method(base, spec, schema)
+            problems += found
+            for m in expanded:
+                if m["name"] in self.methods:
+                    by = ("" if origin[m["name"]] == base else
+                          f" (also by methods.{origin[m['name']]})")
+                    problems.append(f"methods.{base}: method name {m['name']!r} is produced "
+                                    f"twice{by}; rename, or give the sweep a name template "
+                                    "naming every swept key")
+                    continue
+                self.methods[m["name"]], origin[m["name"]] = m, base
+                if (p := pairing_problem(m)):
+                    problems.append(f"methods.{base}: {p}")
+                for task, opts in config["tasks"].items():
+                    if (p := block_problem(m, opts["gen_length"])):
+                        problems.append(f"methods.{base}.{p} (method {m['name']}, "
+                                        f"tasks.{task}.gen_length)")
+        ref = config["reference_method"]
+        if self.methods and ref not in self.methods:
+            problems.append(f"reference_method: {ref!r} is not a method of this campaign "
+                            f"(methods: {', '.join(self.methods)})")
+        if problems:
+            raise ConfigError(list(dict.fromkeys(problems)), source)
+        self.origin = origin
+
+    def _backbone_problems(self) -> list[str]:
+        problems = []
+        for name, b in self.config["backbones"].items():
+            if "path" in b:
+                path = Path(b["path"]).expanduser()
+                if not path.is_dir():
+                    problems.append(f"backbones.{name}.path: {path} is not a directory")
+                elif not (path / "config.json").is_file():
+                    problems.append(f"backbones.{name}.path: {path} has no config.json")
+        return problems
+
+    def _task_problems(self) -> list[str]:
+        from .tasks.registry import TASKS
+
+        return [f"tasks.{name}: unknown task; known tasks: {', '.join(sorted(TASKS))}"
+                for name in self.config["tasks"] if name not in TASKS]
+
+    # ---- what the rules read --------------------------------------------------------
+    @property
+    def backbones(self) -> list[str]:
+        return list(self.config["backbones"])
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.config["tasks"])
+
+    def is_toy(self, backbone: str) -> bool:
+        return "toy" in self.config["backbones"][backbone]
+
+    def toy_options(self, backbone: str) -> dict:
+        return dict(self.config["backbones"][backbone]["toy"])
+
+    def task_options(self, task: str) -> dict:
+        """Loader options (everything but gen_length, which only generation reads)."""
+        return {k: v for k, v in self.config["tasks"][task].items() if k != "gen_length"}
+
+    def method(self, name: str, task: str) -> dict:
+        """The concrete method a generate job decodes with: name, sampler, cache, gen_length."""
+        return {**self.methods[name], "gen_length": self.config["tasks"][task]["gen_length"]}
+
+
+def load_campaign(paths: list[str | Path], schema_path: str | Path = SCHEMA,
+                  check_paths: bool = True) -> Campaign:
+    """Campaign from config files; later files override earlier ones key by key."""
+    config: dict = {}
+    for p in paths:
+        config = _merge(config, yaml.safe_load(Path(p).read_text()) or {})
+    return Campaign(config, schema_path, check_paths, source=", ".join(map(str, paths)))
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    paths = (argv if argv is not None else sys.argv[1:]) or ["config.yaml"]
+    try:
+        c = load_campaign(paths)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(f"backbones: {', '.join(c.backbones)}\ntasks: {', '.join(c.tasks)}\n"
+          f"methods ({len(c.methods)}), reference {c.config['reference_method']}:")
+    for name, m in c.methods.items():
+        print(f"  {name:24s} {json.dumps({'sampler': m['sampler'], 'cache': m['cache']})}")
+    n = len(c.backbones) * len(c.tasks) * len(c.methods)
+    print(f"generate jobs: {n}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

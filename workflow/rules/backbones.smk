@@ -1,0 +1,38 @@
+# Backbones: train the toy backbone (toy entries), then check any checkpoint and write its manifest.
+
+
+rule train_toy:
+    """Train the toy backbone with the masked-diffusion objective; saved in LLaDA's format."""
+    output:
+        directory(f"{R}/checkpoints/{{backbone}}"),
+    params:
+        options=lambda w: as_json(CAMPAIGN.toy_options(w.backbone)),
+    threads: lambda w: CAMPAIGN.toy_options(w.backbone).get("threads", 2)
+    resources:
+        mem_mb=RESOURCES["train_toy"]["mem_mb"],
+        runtime=RESOURCES["train_toy"]["runtime"],
+    log:
+        f"{R}/logs/train_toy/{{backbone}}.log",
+    conda:
+        "../../envs/generate.yaml"
+    shell:
+        "python -m dlmpipe train-toy --out {output} --options {params.options:q} > {log} 2>&1"
+
+
+rule prepare_backbone:
+    """Check that the checkpoint loads (config, shards, keys, shapes, tokenizer); write its manifest."""
+    input:
+        unpack(backbone_input),
+    output:
+        f"{R}/backbones/{{backbone}}/manifest.json",
+    params:
+        path=lambda w: checkpoint_dir(w.backbone),
+        dtype=lambda w: config["backbones"][w.backbone]["dtype"],
+        chat=lambda w: "--chat" if config["backbones"][w.backbone]["chat"] else "",
+    log:
+        f"{R}/logs/prepare_backbone/{{backbone}}.log",
+    conda:
+        "../../envs/generate.yaml"
+    shell:
+        "python -m dlmpipe prepare-backbone --path {params.path:q} --name {wildcards.backbone}"
+        " --dtype {params.dtype} {params.chat} --out {output} > {log} 2>&1"

@@ -1,0 +1,72 @@
+# Shared helpers of the rules: paths, wildcard constraints, and each job's params.
+# Params carry only the builtin-typed config values a job uses, so that a config change reruns
+# exactly the jobs it affects (Snakemake's params rerun trigger).
+import hashlib
+import json
+import re
+
+R = config["results_dir"].rstrip("/")
+RESOURCES = config["resources"]
+
+
+def _alternatives(names):
+    return "|".join(re.escape(n) for n in names)
+
+
+wildcard_constraints:
+    backbone=_alternatives(CAMPAIGN.backbones),
+    task=_alternatives(CAMPAIGN.tasks),
+    method=_alternatives(CAMPAIGN.methods),
+
+
+def as_json(value):
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def checkpoint_dir(backbone):
+    """Where a backbone's weights live: trained by the workflow (toy) or a local directory."""
+    if CAMPAIGN.is_toy(backbone):
+        return f"{R}/checkpoints/{backbone}"
+    return str(Path(config["backbones"][backbone]["path"]).expanduser().resolve())
+
+
+def backbone_input(wildcards):
+    if CAMPAIGN.is_toy(wildcards.backbone):
+        return {"checkpoint": checkpoint_dir(wildcards.backbone)}
+    return {"checkpoint_config": f"{checkpoint_dir(wildcards.backbone)}/config.json"}
+
+
+def generate_params(wildcards):
+    """Everything a generate job's result depends on, besides its input files."""
+    return {
+        "method": CAMPAIGN.method(wildcards.method, wildcards.task),
+        "seed": config["seed"],
+        "device": config["device"],
+    }
+
+
+def config_hash(wildcards):
+    return hashlib.sha256(as_json(generate_params(wildcards)).encode()).hexdigest()[:16]
+
+
+def generate_gpus(wildcards=None):
+    gpu = RESOURCES["generate"]["gpu"]
+    return (1 if config["device"] == "cuda" else 0) if gpu is None else gpu
+
+
+def generate_threads(wildcards=None):
+    """On the CPU a generate job takes every core: jobs run one at a time and their timings
+    stay comparable. On a GPU one thread drives the device."""
+    threads = RESOURCES["generate"]["threads"]
+    if threads is not None:
+        return threads
+    return 1 if generate_gpus() > 0 else workflow.cores
+
+
+def all_scores(wildcards=None):
+    return [
+        f"{R}/scores/{b}/{t}/{m}.parquet"
+        for b in CAMPAIGN.backbones
+        for t in CAMPAIGN.tasks
+        for m in CAMPAIGN.methods
+    ]

@@ -1,0 +1,44 @@
+# Report: the summary table and the Pareto plots, registered for `snakemake --report`.
+
+
+rule summarize:
+    """One row per (backbone, task, method): quality, cost, speedup vs the reference, Pareto flag."""
+    input:
+        all_scores,
+    output:
+        parquet=f"{R}/summary.parquet",
+        csv=report(
+            f"{R}/summary.csv",
+            caption="../report/summary.rst",
+            category="Summary",
+            labels={"table": "summary"},
+        ),
+    params:
+        reference=config["reference_method"],
+    log:
+        f"{R}/logs/summarize.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlmpipe summarize --scores {input} --reference {params.reference}"
+        " --out-parquet {output.parquet} --out-csv {output.csv} > {log} 2>&1"
+
+
+rule plot:
+    """Quality vs speedup per (backbone, task), the Pareto front drawn as a step line."""
+    input:
+        rules.summarize.output.parquet,
+    output:
+        report(
+            directory(f"{R}/plots"),
+            patterns=["pareto_{name}.png"],
+            caption="../report/pareto.rst",
+            category="Pareto fronts",
+            labels={"plot": "{name}"},
+        ),
+    log:
+        f"{R}/logs/plot.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlmpipe plot --summary {input} --out-dir {output} > {log} 2>&1"

@@ -1,0 +1,16 @@
+# Tasks: load a benchmark (registry name + loader options) into tasks/{task}.parquet.
+
+
+rule prepare_task:
+    """One row per problem: prompt, kind, answer, hidden tests (file contract in ARCHITECTURE.md)."""
+    output:
+        f"{R}/tasks/{{task}}.parquet",
+    params:
+        options=lambda w: as_json(CAMPAIGN.task_options(w.task)),
+    log:
+        f"{R}/logs/prepare_task/{{task}}.log",
+    conda:
+        "../../envs/score.yaml"
+    shell:
+        "python -m dlmpipe prepare-task --name {wildcards.task} --options {params.options:q}"
+        " --out {output} > {log} 2>&1"
