@@ -1,0 +1,16 @@
+# The two commands of README.md. `make campaign` sets up .venv and runs the default campaign;
+# `make test` sets up .venv and runs the test suite. Extra Snakemake flags: make campaign ARGS="..."
+.PHONY: setup campaign test report
+CORES ?= all
+
+setup:
+	@bash scripts/setup.sh
+
+campaign: setup
+	.venv/bin/snakemake --cores $(CORES) $(ARGS)
+
+report: setup
+	.venv/bin/snakemake --cores $(CORES) --report results/report.html
+
+test: setup
+	.venv/bin/python -m pytest -ra $(ARGS)
