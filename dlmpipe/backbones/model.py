@@ -84,7 +84,7 @@ class Backbone(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self._rope_cache: dict[tuple, tuple[Tensor, Tensor]] = {}
+        self._rope_cache: dict[torch.device, Tensor] = {}  # inverse frequencies per device
 
     # ---- primitives -------------------------------------------------------------------
     @property
@@ -92,23 +92,22 @@ class Backbone(nn.Module):
         return self.embed.weight.device
 
     def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos/sin tables ``[T, hd]`` at explicit absolute positions (float32, Llama layout)."""
+        """cos/sin tables ``[T, hd]`` at explicit absolute positions (float32, Llama layout).
+
+        Computed from the positions directly (no host sync on ``positions.max()``, which would
+        stall the GPU once per layer); the same values a precomputed table would hold.
+        """
         hd = self.cfg.head_dim
-        key = (positions.device, hd)
-        n_needed = int(positions.max()) + 1 if positions.numel() else 1
-        cached = self._rope_cache.get(key)
-        if cached is None or cached[0].shape[0] < n_needed:
-            n = max(n_needed, 512 if cached is None else 2 * cached[0].shape[0])
+        inv_freq = self._rope_cache.get(positions.device)
+        if inv_freq is None:
             inv_freq = 1.0 / (
                 self.cfg.rope_theta
                 ** (torch.arange(0, hd, 2, dtype=torch.float32, device=positions.device) / hd)
             )
-            t = torch.arange(n, dtype=torch.float32, device=positions.device)
-            freqs = torch.outer(t, inv_freq)
-            emb = torch.cat([freqs, freqs], dim=-1)
-            cached = (emb.cos(), emb.sin())
-            self._rope_cache[key] = cached
-        return cached[0][positions], cached[1][positions]
+            self._rope_cache[positions.device] = inv_freq
+        freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return emb.cos(), emb.sin()
 
     @staticmethod
     def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -163,13 +162,27 @@ class Backbone(nn.Module):
         h = h + self.ffn(layer, h)
         return h, k, v
 
-    def forward(self, input_ids: Tensor) -> Tensor:
-        """``input_ids [B, N]`` -> raw logits ``[B, N, V]`` (each row's own output)."""
+    def hidden_states(self, input_ids: Tensor) -> Tensor:
+        """Final hidden rows ``[B, N, d]`` (before the final norm) of a full forward."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         h = self.embed(input_ids)
         for i in range(self.cfg.n_layers):
             h, _, _ = self.layer(i, h, positions)
-        return self.logits(h)
+        return h
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        """``input_ids [B, N]`` -> raw logits ``[B, N, V]`` (each row's own output)."""
+        return self.logits(self.hidden_states(input_ids))
+
+    def first_logit_row(self, prompt_len: int) -> int:
+        """First row whose raw logits a response position needs (P-1 when shifted)."""
+        return prompt_len - 1 if self.cfg.logit_shift else prompt_len
+
+    def response_logits_from_rows(self, h: Tensor) -> Tensor:
+        """Sampler-ready response logits ``[B, G, V]`` from hidden rows starting at
+        ``first_logit_row`` (the head runs on those rows only)."""
+        logits = self.logits(h)
+        return logits[:, :-1] if self.cfg.logit_shift else logits
 
     def shift(self, raw_logits: Tensor) -> Tensor:
         """Logits as the sampler reads them: row j predicts token j (Dream shifts by one)."""

@@ -49,7 +49,7 @@ class ArcherCache(Cache):
         cfg = self.model.cfg
         n = x.shape[0]
         # rows computed on the cached path: the response, plus the last prompt row when shifted
-        self.first_row = prompt_len - 1 if cfg.logit_shift else prompt_len
+        self.first_row = self.model.first_logit_row(prompt_len)
         shape = (cfg.n_layers, 1, cfg.n_kv_heads, n, cfg.head_dim)
         dtype, device = self.model.embed.weight.dtype, self.model.device
         self.keys = torch.empty(shape, dtype=dtype, device=device)
@@ -88,7 +88,7 @@ class ArcherCache(Cache):
             self.values[i].copy_(v)
         self.anchor = x[self.prompt_len:].clone()
         self.updates_since_refresh = 0
-        return m.shift(m.logits(h))[0, self.prompt_len:]
+        return m.response_logits_from_rows(h[:, self.first_row:])[0]
 
     def _cached_forward(self, x: Tensor) -> Tensor:
         """Run only rows [first_row, N) through every layer over cached prompt K/V."""
@@ -102,10 +102,7 @@ class ArcherCache(Cache):
             values[:, :, f:] = v
             h = h + m.attn_output(i, m.attend(q, keys, values))
             h = h + m.ffn(i, h)
-        logits = m.logits(h)
-        if m.cfg.logit_shift:  # row P-1 predicts position P: drop the last row's prediction
-            return logits[0, :-1]
-        return logits[0]
+        return m.response_logits_from_rows(h)[0]
 
     def extra_stats(self) -> dict:
         return {"refresh_distances": list(self.refresh_distances)}

@@ -14,4 +14,6 @@ class FullRecompute(Cache):
 
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         self.stats.forwards += 1
-        return self.model.shift(self.model(x[None]))[0, self.prompt_len:]
+        m = self.model
+        h = m.hidden_states(x[None])
+        return m.response_logits_from_rows(h[:, m.first_logit_row(self.prompt_len):])[0]
