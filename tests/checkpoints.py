@@ -1,0 +1,322 @@
+"""Tiny random checkpoints in each family's exact on-disk format, for tests.
+
+The files look like the real ones (see ../shared/specs/MODELS.md): LLaDA's config.json fields,
+``model.transformer.*`` keys and a ``tokenizer.json`` fast tokenizer with ``auto_map`` in
+config.json; Dream's Qwen2 config fields (``model_type "Dream"``), ``model.layers.*`` keys with
+q/k/v biases, and a byte-level BPE given only as vocab.json + merges.txt + a tokenizer_config.json
+that names the remote-code ``DreamTokenizer`` (no tokenizer.json), with ``<|mask|>`` and friends
+as added tokens; DiffuCoder adds ``<|dlm_pad|>``. Special ids are small, but not adjacent, so a
+hard-coded id would show. Everything here is written independently of ``dlmpipe``'s key maps,
+so loading these files tests the loader rather than agreeing with it.
+
+Deterministic (same bytes for the same arguments) and fast (a few ms for the default sizes).
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+LLADA_CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+    "+ message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+QWEN_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# Qwen2.5's added tokens in id order (151643...), then Dream's and DiffuCoder's.
+QWEN_ADDED = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
+              "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",
+              "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+              "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+              "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
+QWEN_NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
+                    "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"}
+DREAM_ADDED = ["<|beginoftext|>", "<|mask|>"]
+DIFFUCODER_ADDED = ["<|dlm_pad|>"]
+
+# LLaDA's specials sit far apart in its vocabulary (bos 126080, eos 126081, mask 126336,
+# eot 126348); here they are spread out with reserved tokens in between.
+LLADA_SPECIALS = ["<|startoftext|>", "<|endoftext|>"] + [f"<|reserved_token_{i}|>" for i in range(5)] \
+    + ["<|mdm_mask|>", "<|start_header_id|>", "<|end_header_id|>", "<|reserved_token_5|>", "<|eot_id|>"]
+
+CORPUS = (
+    "def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(i)\n"
+    "The quick brown fox jumps over the lazy dog. Write a function that returns the sum.\n"
+    "You are a helpful assistant. Here is the completed function:\n```python\n"
+    "if x is not None and len(x) > 0:\n        result = [y for y in x if y % 2 == 0]\n"
+)
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table used by byte-level BPE (Qwen2, LLaDA)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
+        + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def byte_level_bpe(n_merges: int = 64) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """A small byte-level BPE learned greedily on a fixed corpus (ties broken by the pair)."""
+    table = bytes_to_unicode()
+    vocab = {table[b]: i for i, b in enumerate(sorted(table, key=lambda b: ord(table[b])))}
+    words = Counter()
+    for i, w in enumerate(CORPUS.split(" ")):
+        words[tuple(table[b] for b in ((" " if i else "") + w).encode())] += 1
+    merges: list[tuple[str, str]] = []
+    for _ in range(n_merges):
+        pairs = Counter()
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] += c
+        if not pairs:
+            break
+        best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        merges.append(best)
+        vocab[best[0] + best[1]] = len(vocab)
+        merged = Counter()
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] += c
+        words = merged
+    return vocab, merges
+
+
+def _added_entry(content: str, special: bool = True) -> dict:
+    return {"content": content, "lstrip": False, "normalized": False, "rstrip": False,
+            "single_word": False, "special": special}
+
+
+def write_llada_tokenizer(out: Path) -> dict[str, int]:
+    """tokenizer.json (byte-level BPE + LLaDA's specials) and tokenizer_config.json."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab, merges = byte_level_bpe()
+    for t in LLADA_SPECIALS:
+        vocab[t] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in LLADA_SPECIALS])
+    tok.save(str(out / "tokenizer.json"))
+    config = {
+        "added_tokens_decoder": {str(vocab[t]): _added_entry(t) for t in LLADA_SPECIALS},
+        "bos_token": "<|startoftext|>",
+        "chat_template": LLADA_CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|endoftext|>",
+        "model_input_names": ["input_ids", "attention_mask"],
+        "model_max_length": 1000000000000000019884624838656,
+        "pad_token": "<|endoftext|>",
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+        indent=2))
+    return {t: vocab[t] for t in LLADA_SPECIALS}
+
+
+def write_dream_tokenizer(out: Path, diffucoder: bool = False) -> dict[str, int]:
+    """vocab.json + merges.txt + tokenizer_config.json naming DreamTokenizer (remote code)."""
+    vocab, merges = byte_level_bpe()
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (out / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+    added = QWEN_ADDED + DREAM_ADDED + (DIFFUCODER_ADDED if diffucoder else [])
+    ids = {t: len(vocab) + i for i, t in enumerate(added)}
+    config = {
+        "add_prefix_space": False,
+        "added_tokens_decoder": {str(ids[t]): _added_entry(t, t not in QWEN_NOT_SPECIAL) for t in added},
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
+                                      "<|object_ref_end|>", "<|box_start|>", "<|box_end|>",
+                                      "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+                                      "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
+                                      "<|video_pad|>"],
+        "auto_map": {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
+        "bos_token": "<|beginoftext|>",
+        "chat_template": QWEN_CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|endoftext|>",
+        "errors": "replace",
+        "mask_token": "<|mask|>",
+        "model_max_length": 131072,
+        "pad_token": "<|dlm_pad|>" if diffucoder else "<|endoftext|>",
+        "split_special_tokens": False,
+        "tokenizer_class": "DreamTokenizer",
+        "unk_token": None,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": "<|beginoftext|>", "eos_token": "<|endoftext|>", "mask_token": "<|mask|>",
+         "pad_token": config["pad_token"]}, indent=2))
+    return ids
+
+
+def llada_tensors(d: int, layers: int, heads: int, kv_heads: int, mlp: int, vocab: int,
+                  g: torch.Generator) -> dict[str, torch.Tensor]:
+    hd = d // heads
+    shapes = {"model.transformer.wte.weight": (vocab, d)}
+    for i in range(layers):
+        b = f"model.transformer.blocks.{i}."
+        shapes |= {b + "attn_norm.weight": (d,), b + "q_proj.weight": (heads * hd, d),
+                   b + "k_proj.weight": (kv_heads * hd, d), b + "v_proj.weight": (kv_heads * hd, d),
+                   b + "attn_out.weight": (d, heads * hd), b + "ff_norm.weight": (d,),
+                   b + "ff_proj.weight": (mlp, d), b + "up_proj.weight": (mlp, d),
+                   b + "ff_out.weight": (d, mlp)}
+    shapes |= {"model.transformer.ln_f.weight": (d,), "model.transformer.ff_out.weight": (vocab, d)}
+    return {k: _init(k, s, g) for k, s in shapes.items()}
+
+
+def dream_tensors(d: int, layers: int, heads: int, kv_heads: int, mlp: int, vocab: int,
+                  g: torch.Generator) -> dict[str, torch.Tensor]:
+    hd = d // heads
+    shapes = {"model.embed_tokens.weight": (vocab, d)}
+    for i in range(layers):
+        b = f"model.layers.{i}."
+        shapes |= {b + "input_layernorm.weight": (d,),
+                   b + "self_attn.q_proj.weight": (heads * hd, d), b + "self_attn.q_proj.bias": (heads * hd,),
+                   b + "self_attn.k_proj.weight": (kv_heads * hd, d), b + "self_attn.k_proj.bias": (kv_heads * hd,),
+                   b + "self_attn.v_proj.weight": (kv_heads * hd, d), b + "self_attn.v_proj.bias": (kv_heads * hd,),
+                   b + "self_attn.o_proj.weight": (d, heads * hd),
+                   b + "post_attention_layernorm.weight": (d,),
+                   b + "mlp.gate_proj.weight": (mlp, d), b + "mlp.up_proj.weight": (mlp, d),
+                   b + "mlp.down_proj.weight": (d, mlp)}
+    shapes |= {"model.norm.weight": (d,), "lm_head.weight": (vocab, d)}
+    return {k: _init(k, s, g) for k, s in shapes.items()}
+
+
+def _init(key: str, shape: tuple, g: torch.Generator) -> torch.Tensor:
+    """Random but well-scaled: norms near 1, biases small, matrices ~ 1/sqrt(fan_in)."""
+    if len(shape) == 1:
+        base = 1.0 if key.endswith(("norm.weight", "ln_f.weight")) else 0.0
+        return base + 0.1 * torch.randn(shape, generator=g)
+    fan_in = shape[1]
+    std = 1.0 if ("wte" in key or "embed_tokens" in key) else fan_in ** -0.5
+    return std * torch.randn(shape, generator=g)
+
+
+def write_weights(out: Path, tensors: dict[str, torch.Tensor], n_shards: int) -> None:
+    """Single ``model.safetensors``, or ``model-0000i-of-0000n.safetensors`` + the index."""
+    if n_shards <= 1:
+        save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+        return
+    keys = list(tensors)  # layer order, as HF shards them
+    per = math.ceil(len(keys) / n_shards)
+    weight_map, total = {}, 0
+    for s in range(n_shards):
+        name = f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors"
+        chunk = {k: tensors[k] for k in keys[s * per:(s + 1) * per]}
+        save_file(chunk, str(out / name), metadata={"format": "pt"})
+        weight_map.update({k: name for k in chunk})
+        total += sum(t.numel() * t.element_size() for t in chunk.values())
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def make_tiny_checkpoint(dir: str | Path, family: str = "llada", sharded: bool = True, *,
+                         d_model: int = 64, n_layers: int = 2, n_heads: int = 4,
+                         n_kv_heads: int | None = None, mlp_hidden: int = 96,
+                         vocab_size: int | None = None, n_shards: int = 3, seed: int = 0,
+                         dtype: str = "float32") -> Path:
+    """Write a tiny random checkpoint of ``family`` ("llada", "dream" or "diffucoder") to ``dir``.
+
+    ``n_kv_heads`` defaults to ``n_heads`` for LLaDA and ``n_heads // 2`` (GQA) for Dream.
+    ``vocab_size`` defaults to the tokenizer's size rounded up to 64 (real checkpoints pad their
+    embedding beyond the tokenizer too). Returns ``dir``.
+    """
+    if family not in ("llada", "dream", "diffucoder"):
+        raise ValueError(f"unknown family {family!r}")
+    out = Path(dir)
+    out.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    if family == "llada":
+        ids = write_llada_tokenizer(out)
+        n_kv = n_kv_heads or n_heads
+        vocab = vocab_size or 64 * math.ceil((max(ids.values()) + 1) / 64)
+        tensors = llada_tensors(d_model, n_layers, n_heads, n_kv, mlp_hidden, vocab, g)
+        config = llada_config(d_model, n_layers, n_heads, n_kv, mlp_hidden, vocab, ids, dtype)
+        generation = {"bos_token_id": ids["<|startoftext|>"], "eos_token_id": ids["<|endoftext|>"],
+                      "pad_token_id": ids["<|endoftext|>"]}
+    else:
+        ids = write_dream_tokenizer(out, diffucoder=family == "diffucoder")
+        n_kv = n_kv_heads or max(1, n_heads // 2)
+        vocab = vocab_size or 64 * math.ceil((max(ids.values()) + 1) / 64)
+        tensors = dream_tensors(d_model, n_layers, n_heads, n_kv, mlp_hidden, vocab, g)
+        config = dream_config(d_model, n_layers, n_heads, n_kv, mlp_hidden, vocab, ids, dtype)
+        generation = {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|endoftext|>"],
+                      "pad_token_id": ids["<|endoftext|>"]}
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "generation_config.json").write_text(json.dumps(
+        generation | {"_from_model_config": True, "transformers_version": "4.46.2"}, indent=2))
+    write_weights(out, {k: v.to(torch_dtype) for k, v in tensors.items()}, n_shards if sharded else 1)
+    return out
+
+
+def llada_config(d, layers, heads, kv_heads, mlp, vocab, ids, dtype) -> dict:
+    """LLaDA-8B-Instruct's config.json fields at tiny sizes."""
+    return {
+        "activation_type": "silu", "alibi": False, "alibi_bias_max": 8.0,
+        "architectures": ["LLaDAModelLM"], "attention_dropout": 0.0, "attention_layer_norm": False,
+        "attention_layer_norm_with_affine": True,
+        "auto_map": {"AutoConfig": "configuration_llada.LLaDAConfig",
+                     "AutoModel": "modeling_llada.LLaDAModelLM",
+                     "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM"},
+        "bias_for_layer_norm": False, "block_group_size": 1, "block_type": "llama",
+        "d_model": d, "embedding_dropout": 0.0, "embedding_size": vocab,
+        "eos_token_id": ids["<|endoftext|>"], "flash_attention": False, "include_bias": False,
+        "include_qkv_bias": False, "init_cutoff_factor": None, "init_device": "meta",
+        "init_fn": "mitchell", "init_std": 0.02, "input_emb_norm": False, "layer_norm_type": "rms",
+        "layer_norm_with_affine": True, "mask_token_id": ids["<|mdm_mask|>"],
+        "max_sequence_length": 4096, "mlp_hidden_size": mlp, "mlp_ratio": 4, "model_type": "llada",
+        "multi_query_attention": None, "n_heads": heads, "n_kv_heads": kv_heads, "n_layers": layers,
+        "pad_token_id": ids["<|endoftext|>"], "precision": "amp_bf16", "residual_dropout": 0.0,
+        "rms_norm_eps": 1e-05, "rope": True, "rope_full_precision": True, "rope_theta": 500000.0,
+        "scale_logits": False, "torch_dtype": dtype, "transformers_version": "4.46.3",
+        "use_cache": False, "vocab_size": vocab, "weight_tying": False,
+    }
+
+
+def dream_config(d, layers, heads, kv_heads, mlp, vocab, ids, dtype) -> dict:
+    """Dream-v0-Instruct-7B's config.json fields at tiny sizes."""
+    return {
+        "architectures": ["DreamModel"], "attention_dropout": 0.0,
+        "auto_map": {"AutoConfig": "configuration_dream.DreamConfig",
+                     "AutoModel": "modeling_dream.DreamModel"},
+        "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|endoftext|>"],
+        "hidden_act": "silu", "hidden_size": d, "initializer_range": 0.02,
+        "intermediate_size": mlp, "mask_token_id": ids["<|mask|>"],
+        "max_position_embeddings": 131072, "max_window_layers": layers, "model_type": "Dream",
+        "num_attention_heads": heads, "num_hidden_layers": layers, "num_key_value_heads": kv_heads,
+        "pad_token_id": ids["<|endoftext|>"], "rms_norm_eps": 1e-06, "rope_scaling": None,
+        "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False,
+        "torch_dtype": dtype, "transformers_version": "4.46.2", "use_cache": False,
+        "use_sliding_window": False, "vocab_size": vocab,
+    }
