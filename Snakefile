@@ -28,9 +28,16 @@ if not workflow.overwrite_configfiles:
 
 
 SCHEMA = "workflow/schemas/config.schema.yaml"
-check_config(config, os.path.join(workflow.basedir, SCHEMA))  # every error, by dotted key
-validate(config, SCHEMA)  # Snakemake's validator: same schema, fills the same defaults
-CAMPAIGN = Campaign(config, os.path.join(workflow.basedir, SCHEMA))  # beyond the schema
+CONFIG_SOURCE = " + ".join(
+    [*map(str, workflow.configfiles)]
+    + (["--config"] if workflow.config_settings.overwrite_config else [])
+)
+# every schema error at once, each named by its dotted key (methods.archer.cache.K)
+check_config(config, os.path.join(workflow.basedir, SCHEMA), CONFIG_SOURCE)
+# Snakemake's validator: the same schema, fills the same defaults
+validate(config, SCHEMA)
+# beyond the schema: checkpoint paths, task names, sweeps, pairings, the reference method
+CAMPAIGN = Campaign(config, os.path.join(workflow.basedir, SCHEMA), source=CONFIG_SOURCE)
 
 
 include: "workflow/rules/common.smk"

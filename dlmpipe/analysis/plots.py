@@ -8,6 +8,34 @@ import pandas as pd
 from .pareto import front_steps
 
 
+LABEL_OFFSETS = [(5, 4), (5, -11), (-5, 4), (-5, -11), (5, 15), (5, -22), (-5, 15), (-5, -22)]
+
+
+def _label_points(ax, part: pd.DataFrame, fontsize: int = 8) -> None:
+    """Name every point, moving a label to the first nearby slot that keeps it clear of the
+    labels already placed (methods of one sweep often sit close together)."""
+    fig = ax.figure
+    fig.canvas.draw()
+    scale = fig.dpi / 72  # points -> pixels
+    placed: list[tuple[float, float, float, float]] = []
+    order = part.sort_values(["speedup", "quality"], ascending=[True, False])
+    for row in order.itertuples(index=False):
+        x, y = ax.transData.transform((row.speedup, row.quality))
+        w, h = 0.62 * fontsize * len(row.method) * scale, 1.2 * fontsize * scale
+        for dx, dy in LABEL_OFFSETS:
+            x0 = x + dx * scale - (w if dx < 0 else 0)
+            y0 = y + dy * scale
+            box = (x0, y0, x0 + w, y0 + h)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
+                       for b in placed):
+                break
+        else:
+            dx, dy = LABEL_OFFSETS[0]
+        placed.append(box)
+        ax.annotate(row.method, (row.speedup, row.quality), textcoords="offset points",
+                    xytext=(dx, dy), fontsize=fontsize, ha="right" if dx < 0 else "left")
+
+
 def _axes_for(ax, part: pd.DataFrame, backbone: str, task: str) -> None:
     reference = part["reference"].iloc[0]
     on = part["pareto"].astype(bool)
@@ -18,9 +46,6 @@ def _axes_for(ax, part: pd.DataFrame, backbone: str, task: str) -> None:
                s=48, zorder=4, label="Pareto-optimal")
     xs, ys = front_steps(part["quality"].tolist(), part["speedup"].tolist())
     ax.step(xs, ys, where="pre", color="tab:blue", linewidth=1.5, zorder=2, label="Pareto front")
-    for row in part.itertuples(index=False):
-        ax.annotate(row.method, (row.speedup, row.quality), textcoords="offset points",
-                    xytext=(5, 4), fontsize=8)
     ax.set_xlabel(f"speedup over {reference} (x, mean time per sample)")
     ax.set_ylabel("quality (mean score)")
     ax.set_title(f"{backbone} / {task}  (n = {int(part['n'].max())} per method)")
@@ -28,6 +53,7 @@ def _axes_for(ax, part: pd.DataFrame, backbone: str, task: str) -> None:
     pad = max(0.05, 0.1 * (hi - lo))
     ax.set_ylim(max(-0.02, lo - pad), min(1.02, hi + pad) if hi <= 1 else hi + pad)
     ax.set_xlim(left=0, right=max(1.0, part["speedup"].max()) * 1.2)
+    _label_points(ax, part)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower left", fontsize=8, framealpha=0.9)
 

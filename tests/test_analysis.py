@@ -1,0 +1,119 @@
+"""Summary table, speedups, Pareto flags and plots, on hand-built score tables."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from dlmpipe.analysis.pareto import front_steps, pareto_mask
+from dlmpipe.analysis.plots import plot_pareto
+from dlmpipe.analysis.summary import SUMMARY_COLUMNS, summarize, summary_table
+
+
+def scores_of(backbone, task, method, passed, time_s, nfe=4, cached=0, refreshes=0, revisions=0):
+    """A scores table (the columns summary reads) for one (backbone, task, method)."""
+    n = len(passed)
+    return pd.DataFrame({
+        "backbone": backbone, "task": task, "method": method, "sample_index": range(n),
+        "task_id": [f"{task}/{i}" for i in range(n)], "score": [float(p) for p in passed],
+        "passed": [bool(p) for p in passed], "time_s": time_s if isinstance(time_s, list) else [time_s] * n,
+        "nfe": nfe, "steps": nfe, "cached_forwards": cached, "refreshes": refreshes,
+        "revisions": revisions, "status": ["passed" if p else "failed" for p in passed]})
+
+
+@pytest.fixture
+def campaign_scores() -> pd.DataFrame:
+    return pd.concat([
+        # toy / code: the reference, a faster equal-quality cache, a slower better one, a bad one
+        scores_of("toy", "code", "ref", [1, 0, 1, 0], 2.0),
+        scores_of("toy", "code", "archer-k8", [1, 0, 1, 0], [0.5, 0.5, 1.0, 0.0], nfe=8, cached=6,
+                  refreshes=2, revisions=3),
+        scores_of("toy", "code", "slow-good", [1, 1, 1, 0], 4.0),
+        scores_of("toy", "code", "dominated", [1, 0, 0, 0], 1.5),
+        # toy / arith: a tie with the reference in both objectives
+        scores_of("toy", "arith", "ref", [1, 1], 1.0),
+        scores_of("toy", "arith", "twin", [1, 1], 1.0),
+        scores_of("toy", "arith", "worse", [0, 1], 1.0),
+    ], ignore_index=True)
+
+
+def test_summary_rows_speedups_and_pareto(campaign_scores):
+    table = summary_table(campaign_scores, reference="ref").set_index(["task", "method"])
+    assert list(summary_table(campaign_scores, "ref").columns) == SUMMARY_COLUMNS
+    code = table.loc["code"]
+    assert code.loc["ref", "quality"] == 0.5 and code.loc["slow-good", "quality"] == 0.75
+    assert code.loc["archer-k8", "n"] == 4
+    assert code.loc["archer-k8", "mean_time_s"] == pytest.approx(0.5)
+    assert code.loc["archer-k8", "speedup"] == pytest.approx(4.0)
+    assert code.loc["slow-good", "speedup"] == pytest.approx(0.5)
+    assert code.loc["ref", "speedup"] == 1.0
+    assert code.loc["archer-k8", "cached_fraction"] == pytest.approx(24 / 32)
+    assert code.loc["archer-k8", "mean_refreshes"] == 2 and code.loc["archer-k8", "mean_revisions"] == 3
+    assert code.loc["archer-k8", "mean_nfe"] == 8 and code.loc["archer-k8", "mean_steps"] == 8
+    assert code.loc["ref", "cached_fraction"] == 0
+    assert (table["reference"] == "ref").all()
+    assert code["pareto"].to_dict() == {"ref": False, "archer-k8": True, "slow-good": True,
+                                        "dominated": False}
+    # identical points are both on the front; a point worse in quality at equal speed is not
+    assert table.loc["arith", "pareto"].to_dict() == {"ref": True, "twin": True, "worse": False}
+
+
+def test_speedup_is_per_backbone_and_task(campaign_scores):
+    other = scores_of("big", "code", "ref", [1, 1], 10.0)
+    fast = scores_of("big", "code", "archer-k8", [1, 1], 1.0)
+    table = summary_table(pd.concat([campaign_scores, other, fast]), "ref").set_index(
+        ["backbone", "task", "method"])
+    assert table.loc[("big", "code", "archer-k8"), "speedup"] == pytest.approx(10.0)
+    assert table.loc[("toy", "code", "archer-k8"), "speedup"] == pytest.approx(4.0)
+
+
+def test_missing_reference_is_a_clear_error(campaign_scores):
+    lacking = campaign_scores[~((campaign_scores.task == "arith") & (campaign_scores.method == "ref"))]
+    with pytest.raises(ValueError, match=r"reference method 'ref' has no scores for toy/arith"):
+        summary_table(lacking, "ref")
+    with pytest.raises(ValueError, match="reference method 'greedy'"):
+        summary_table(campaign_scores, "greedy")
+
+
+def test_duplicate_samples_are_refused(tmp_path, campaign_scores):
+    path = tmp_path / "a.parquet"
+    campaign_scores.to_parquet(path)
+    with pytest.raises(ValueError, match="sample scored twice"):
+        summarize([str(path), str(path)], "ref", str(tmp_path / "s.parquet"), str(tmp_path / "s.csv"))
+
+
+def test_missing_columns_are_named(tmp_path, campaign_scores):
+    path = tmp_path / "a.parquet"
+    campaign_scores.drop(columns=["time_s"]).to_parquet(path)
+    with pytest.raises(ValueError, match="lacks column.*time_s"):
+        summarize([str(path)], "ref", str(tmp_path / "s.parquet"), str(tmp_path / "s.csv"))
+
+
+def test_summarize_writes_parquet_and_csv(tmp_path, campaign_scores):
+    paths = []
+    for (b, t, m), part in campaign_scores.groupby(["backbone", "task", "method"]):
+        paths.append(str(tmp_path / f"{b}-{t}-{m}.parquet"))
+        part.to_parquet(paths[-1])
+    summarize(paths, "ref", str(tmp_path / "out" / "summary.parquet"), str(tmp_path / "out" / "summary.csv"))
+    from_parquet = pd.read_parquet(tmp_path / "out" / "summary.parquet")
+    from_csv = pd.read_csv(tmp_path / "out" / "summary.csv")
+    assert list(from_parquet.columns) == list(from_csv.columns) == SUMMARY_COLUMNS
+    assert len(from_parquet) == 7
+    assert from_parquet["pareto"].dtype == bool and from_parquet["n"].dtype == "int64"
+    assert sorted(from_csv["method"]) == sorted(from_parquet["method"])
+
+
+def test_pareto_helpers():
+    q, s = [0.5, 0.5, 0.75, 0.25, 0.75], [1.0, 4.0, 0.5, 1.5, 0.5]
+    assert pareto_mask(q, s) == [False, True, True, False, True]
+    xs, ys = front_steps(q, s)
+    assert xs == [0.5, 0.5, 4.0] and ys == [0.75, 0.75, 0.5]
+    assert pareto_mask([], []) == []
+
+
+def test_plot_pareto_writes_one_png_per_backbone_and_task(tmp_path, campaign_scores):
+    summary = tmp_path / "summary.parquet"
+    summary_table(campaign_scores, "ref").to_parquet(summary)
+    written = plot_pareto(summary, tmp_path / "plots")
+    assert sorted(p.name for p in written) == ["pareto_toy_arith.png", "pareto_toy_code.png"]
+    for p in written:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000

@@ -1,0 +1,186 @@
+"""Config checks: the schema fills defaults and every rejection names the offending key, both in
+dlmpipe.campaign and when Snakemake parses the workflow (before any job runs)."""
+from __future__ import annotations
+
+import copy
+import math
+import re
+
+import pytest
+
+from dlmpipe import campaign as cp
+from dlmpipe.campaign import Campaign, ConfigError, check_config, load_campaign
+
+from .conftest import CONFIGS, REPO
+
+
+def with_change(config: dict, dotted: str, value) -> dict:
+    """A copy of ``config`` with the value at a dotted path set (``value=DELETE`` removes it)."""
+    out = copy.deepcopy(config)
+    *parents, last = dotted.split("/")
+    node = out
+    for p in parents:
+        node = node.setdefault(p, {})
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return out
+
+
+DELETE = object()
+
+# (change as "path/to/key", value, what the message must name)
+REJECTIONS = [
+    ("colour", "blue", "colour: unknown key"),
+    ("methods/archer/cache/Kk", 3, "methods.archer.cache.Kk: unknown key"),
+    ("methods/archer/sampler/steps", 4, "methods.archer.sampler.steps: unknown key"),
+    ("backbones/real", {"path": "/nonexistent/llada"}, "backbones.real.path"),
+    ("methods/archer/sampler/name", "sabre", "methods.archer.sampler.name: unknown sampler 'sabre'"),
+    ("methods/archer/cache/name", "kvcache", "methods.archer.cache.name: unknown cache 'kvcache'"),
+    ("methods/archer/cache/K", 0, "methods.archer.cache.K: 0 is not valid"),
+    ("methods/archer/sampler/temperature", -1, "methods.archer.sampler.temperature"),
+    ("methods/archer/sweep/cache.K", [1, 0], "methods.archer.sweep.cache.K: 0 is not valid"),
+    ("tasks/toy_code/gen_length", 0, "tasks.toy_code.gen_length"),
+    ("tasks/toy_code/gen_length", DELETE, "tasks.toy_code.gen_length: missing"),
+    ("tasks/nonesuch", {"gen_length": 8}, "tasks.nonesuch: unknown task"),
+    ("device", "tpu", "device: 'tpu' is not one of"),
+    ("reference_method", "greedy", "reference_method: 'greedy' is not a method"),
+    ("methods/archer-k1", {"sampler": {"name": "saber"}, "cache": {"name": "archer", "K": 1}},
+     "methods.archer-k1: method name 'archer-k1' is produced twice"),
+    ("methods/archer/name", "archer", "methods.archer: method name 'archer' is produced twice"),
+    ("methods/archer/name", "a-{cache.Q}", "methods.archer.name: template field {cache.Q}"),
+    ("methods/llada-confidence/sampler/block_length", 3, "methods.llada-confidence.sampler.block_length"),
+    ("backbones/toy/path", "/tmp", "backbones.toy: expected exactly one of `toy`"),
+]
+
+
+@pytest.mark.parametrize("change,value,named", REJECTIONS, ids=[r[0] + "=" + str(r[1])[:12] for r in REJECTIONS])
+def test_campaign_rejects_naming_the_key(tiny_config, change, value, named):
+    with pytest.raises(ConfigError) as err:
+        Campaign(with_change(tiny_config, change, value))
+    assert named in str(err.value)
+
+
+def test_checkpoint_directory_needs_config_json(tiny_config, tmp_path):
+    config = with_change(tiny_config, "backbones/real", {"path": str(tmp_path)})
+    with pytest.raises(ConfigError, match=r"backbones\.real\.path: .* has no config\.json"):
+        Campaign(config)
+    (tmp_path / "config.json").write_text("{}")
+    assert "real" in Campaign(config).backbones
+
+
+def test_every_error_is_reported_at_once(tiny_config):
+    config = with_change(tiny_config, "methods/archer/cache/K", 0)
+    config = with_change(config, "seed", -1)
+    with pytest.raises(ConfigError) as err:
+        check_config(config)
+    assert [p.split(":")[0] for p in err.value.problems] == ["methods.archer.cache.K", "seed"]
+
+
+def test_unknown_sampler_is_one_message_not_a_cascade(tiny_config):
+    config = with_change(tiny_config, "methods/archer/sampler", {"name": "sabre", "n": 3})
+    with pytest.raises(ConfigError) as err:
+        check_config(config)
+    assert err.value.problems == [
+        "methods.archer.sampler.name: unknown sampler 'sabre'; known: llada_confidence, saber"]
+
+
+def test_defaults_are_filled_from_the_schema(tiny_config):
+    config = Campaign(tiny_config).config
+    assert config["methods"]["archer"]["sampler"] == {
+        "name": "saber", "n": 2, "mu": 2, "block_length": None, "temperature": 0,
+        "max_steps_per_block": 1024}
+    assert config["methods"]["archer"]["cache"] == {"name": "archer", "K": 8, "refresh": "distance", "A": 8}
+    assert config["methods"]["llada-confidence"]["sampler"] == {
+        "name": "llada_confidence", "block_length": None, "steps": None, "temperature": 0}
+    assert config["backbones"]["toy"]["dtype"] == "float32" and config["backbones"]["toy"]["chat"] is False
+    assert config["resources"]["generate"]["mem_mb"] > 0
+
+
+def test_snakemake_validator_fills_the_same_nested_defaults(tiny_config):
+    """Snakemake's own validator reaches into the methods map and if/then branches too."""
+    from snakemake.utils import validate
+
+    ours, theirs = copy.deepcopy(tiny_config), copy.deepcopy(tiny_config)
+    check_config(ours)
+    validate(theirs, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    assert theirs == ours
+    assert theirs["methods"]["archer"]["cache"]["refresh"] == "distance"
+
+
+def test_default_campaign_expands_readable_names():
+    c = load_campaign([REPO / "config.yaml"])
+    assert list(c.methods) == ["llada-confidence", "saber", "archer-k1", "archer-k2", "archer-k4",
+                               "archer-k8", "archer-kinf"]
+    assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
+    assert c.method("archer-k8", "toy_code") == {**c.methods["archer-k8"], "gen_length": 16}
+    assert "gen_length" not in c.task_options("toy_code")
+
+
+def test_sweeps_expand_as_a_cartesian_product_with_templates(tiny_config):
+    config = with_change(tiny_config, "methods/grid", {
+        "sampler": {"name": "llada_confidence"}, "cache": {"name": "none"},
+        "sweep": {"sampler.steps": [8, 4], "sampler.temperature": [0.5, 1.0]}})
+    config = with_change(config, "methods/t", {
+        "name": "arch-{cache.refresh}-a{cache.A}", "sampler": {"name": "saber"},
+        "cache": {"name": "archer", "refresh": "age"}, "sweep": {"cache.A": [2, 4]}})
+    config = with_change(config, "methods/archer/sweep/cache.K", [1, math.inf])
+    names = list(Campaign(config).methods)
+    assert names == ["llada-confidence", "archer-k1", "archer-kinf", "grid-steps8-temperature0.5",
+                     "grid-steps8-temperature1", "grid-steps4-temperature0.5",
+                     "grid-steps4-temperature1", "arch-age-a2", "arch-age-a4"]
+
+
+def test_schema_names_match_the_method_registry():
+    """Schema enums, $defs blocks, the pairing table and dlmpipe.methods tell one story."""
+    from dlmpipe.methods import CACHES, SAMPLERS
+
+    schema = cp.load_schema()
+    for part, registry, table in (("sampler", SAMPLERS, cp.SAMPLER_LOGIT_ROWS),
+                                  ("cache", CACHES, cp.CACHE_LOGIT_ROWS)):
+        enum = schema["$defs"][part]["properties"]["name"]["enum"]
+        branches = [b["if"]["properties"]["name"]["const"] for b in schema["$defs"][part]["allOf"]]
+        assert enum == branches == list(schema["$defs"][part + "s"])
+        assert set(enum) == set(registry) == set(table)
+    for s, sampler in SAMPLERS.items():
+        for c, cache in CACHES.items():
+            servable = not sampler.needs_all_rows or cache.serves_all_rows
+            assert (cp.pairing_problem({"sampler": {"name": s}, "cache": {"name": c}}) is None) == servable
+
+
+def test_pairing_table_refuses_a_cache_without_all_rows(monkeypatch):
+    monkeypatch.setitem(cp.CACHE_LOGIT_ROWS, "archer", "masked_rows")
+    problem = cp.pairing_problem({"sampler": {"name": "saber"}, "cache": {"name": "archer"}})
+    assert "cache 'archer'" in problem and "sampler 'saber'" in problem
+
+
+def test_campaign_command_prints_the_expansion(capsys):
+    assert cp.main([str(CONFIGS / "tiny.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "archer-kinf" in out and "generate jobs: 6" in out
+
+
+# ---- through Snakemake: the run stops before any job, with the key in the message -------------
+SNAKEMAKE_REJECTIONS = [r for r in REJECTIONS if r[0] in (
+    "colour", "methods/archer/cache/Kk", "backbones/real", "methods/archer/sampler/name",
+    "methods/archer/cache/name", "methods/archer/cache/K")]
+
+
+@pytest.mark.parametrize("change,value,named", SNAKEMAKE_REJECTIONS,
+                         ids=[r[0] for r in SNAKEMAKE_REJECTIONS])
+def test_snakemake_stops_before_any_job(tmp_path, snakemake, write_config, tiny_config,
+                                        change, value, named):
+    config = write_config(with_change(tiny_config, change, value), tmp_path / "bad.yaml")
+    proc = snakemake(tmp_path, "-n", configfile=config, check=False)
+    assert proc.returncode != 0
+    assert named in proc.stdout + proc.stderr
+    assert "rule generate" not in proc.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_configfile_replaces_the_default_campaign(tmp_path, snakemake):
+    """--configfile is a whole campaign: the default's methods are not merged into it."""
+    proc = snakemake(tmp_path, "-n", configfile=CONFIGS / "tiny.yaml")
+    generated = set(re.findall(r"generations/toy/\w+/([\w.+-]+)\.parquet", proc.stdout))
+    assert generated == {"llada-confidence", "archer-k1", "archer-kinf"}
