@@ -1,0 +1,170 @@
+"""The workflow's DAG: job counts per rule follow the config, and after a finished run a config
+change schedules exactly the jobs it affects (params rerun trigger, PyPSA-Eur style).
+
+The finished run is real (the tiny campaign, trained and decoded in seconds) when the generate
+and score commands are importable, and otherwise faked: every output created empty and then
+``snakemake --touch --forceall`` records the metadata a real run would (params included).
+``DLMPIPE_DAG_TOUCH=1`` forces the fake.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dlmpipe.campaign import Campaign
+
+from .conftest import CONFIGS, REPO
+
+DIRECTORY_RULES = {"train_toy", "plot"}  # rules whose output is a directory
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    """The first 'Job stats' table of a dry run: rule -> number of jobs."""
+    table = stdout.split("Job stats:", 1)[1].split("total", 1)[0]
+    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+def scheduled(stdout: str) -> set[tuple]:
+    """Jobs of a dry run as (rule, backbone, task, method), absent wildcards as None; 'all' left out."""
+    jobs = set()
+    for rule, body in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", stdout, re.M):
+        w = dict(re.findall(r"(\w+)=([^,\s]+)", (re.findall(r"wildcards: (.*)", body) or [""])[0]))
+        if rule != "all":
+            jobs.add((rule, w.get("backbone"), w.get("task"), w.get("method")))
+    return jobs
+
+
+def expected_counts(campaign: Campaign) -> dict[str, int]:
+    b, t, m = len(campaign.backbones), len(campaign.tasks), len(campaign.methods)
+    return {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
+            "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
+            "plot": 1, "all": 1}
+
+
+def decoding_jobs(backbones, tasks, methods) -> set[tuple]:
+    return {(rule, b, t, m) for rule in ("generate", "score")
+            for b in backbones for t in tasks for m in methods}
+
+
+REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None)}
+
+
+def test_lint_passes(snakemake):
+    proc = snakemake(REPO, "--lint")
+    assert "Congratulations, your workflow is in a good condition" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("config", [REPO / "config.yaml", CONFIGS / "tiny.yaml"],
+                         ids=["default", "tiny"])
+def test_job_counts_follow_the_config(tmp_path, snakemake, config):
+    proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=config)
+    counts = job_counts(proc.stdout)
+    campaign = Campaign(yaml.safe_load(config.read_text()))
+    assert {k: v for k, v in counts.items() if v} == expected_counts(campaign)
+
+
+def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, snakemake):
+    proc = snakemake(tmp_path, "-n", "-p", "--config", "device=cuda", configfile=CONFIGS / "tiny.yaml")
+    blocks = re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", proc.stdout, re.M)
+    resources = {rule: re.search(r"resources: (.*)", body).group(1) for rule, body in blocks
+                 if "resources:" in body}
+    assert "gpu=1" in resources["generate"] and "gpu" not in resources["score"]
+    assert "--device cuda" in proc.stdout
+
+
+# ---- incremental reruns after a finished run ----------------------------------------------------
+def _real_commands_available() -> bool:
+    if os.environ.get("DLMPIPE_DAG_TOUCH") == "1":
+        return False
+    return all(importlib.util.find_spec(m) is not None
+               for m in ("dlmpipe.generate", "dlmpipe.scoring.score"))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, snakemake):
+    """A workdir holding a finished run of the tiny campaign (real when possible)."""
+    workdir = tmp_path_factory.mktemp("finished")
+    config = CONFIGS / "tiny.yaml"
+    if _real_commands_available():
+        snakemake(workdir, "--cores", "2", configfile=config)
+        assert (workdir / "results" / "summary.csv").is_file()
+        assert list((workdir / "results" / "plots").glob("pareto_*.png"))
+    else:
+        summary = snakemake(workdir, "--summary", configfile=config).stdout
+        for line in summary.splitlines()[1:]:
+            path, rule = line.split("\t")[0], line.split("\t")[2]
+            if rule in DIRECTORY_RULES:
+                (workdir / path).mkdir(parents=True, exist_ok=True)
+            else:
+                (workdir / path).parent.mkdir(parents=True, exist_ok=True)
+                (workdir / path).touch()
+        snakemake(workdir, "--touch", "--forceall", "--cores", "1", configfile=config)
+    proc = snakemake(workdir, "-n", configfile=config)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    return workdir
+
+
+def rerun_after(workdir: Path, snakemake, name: str, change) -> set[tuple]:
+    """Apply ``change`` to the tiny config and return the jobs a dry run schedules."""
+    changed = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+    change(changed)
+    path = workdir / f"changed-{name}.yaml"
+    path.write_text(yaml.safe_dump(changed, sort_keys=False))
+    proc = snakemake(workdir, "-n", configfile=path)
+    return scheduled(proc.stdout)
+
+
+TASKS = ["toy_code", "toy_arith"]
+METHODS = ["llada-confidence", "archer-k1", "archer-kinf"]
+
+
+def set_in(path: str, value):
+    def change(config):
+        *parents, last = path.split("/")
+        node = config
+        for p in parents:
+            node = node[p]
+        node[last] = value
+    return change
+
+
+CHANGES = {
+    # one method's parameter: that method's generate/score jobs, then summary and plots
+    "method-param": (set_in("methods/llada-confidence/sampler/steps", 4),
+                     decoding_jobs(["toy"], TASKS, ["llada-confidence"]) | REPORT_JOBS),
+    # a new method: only its jobs
+    "new-method": (set_in("methods/saber", {"sampler": {"name": "saber"}, "cache": {"name": "none"}}),
+                   decoding_jobs(["toy"], TASKS, ["saber"]) | REPORT_JOBS),
+    # a new sweep point: only its jobs, not the sweep's other points
+    "new-sweep-point": (set_in("methods/archer/sweep/cache.K", [1, 2, "inf"]),
+                        decoding_jobs(["toy"], TASKS, ["archer-k2"]) | REPORT_JOBS),
+    # a parameter shared by a sweep's points: all of them
+    "sweep-param": (set_in("methods/archer/sampler/n", 3),
+                    decoding_jobs(["toy"], TASKS, ["archer-k1", "archer-kinf"]) | REPORT_JOBS),
+    # the generation length is a decoding parameter, not a loader option: tasks are not rebuilt
+    "gen-length": (set_in("tasks/toy_arith/gen_length", 4),
+                   decoding_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
+    # a loader option rebuilds the task and everything decoded from it
+    "task-loader": (set_in("tasks/toy_arith/n", 2),
+                    {("prepare_task", None, "toy_arith", None)}
+                    | decoding_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
+    # a training option retrains the toy backbone and redoes everything downstream of it
+    "toy-training": (set_in("backbones/toy/toy/steps", 21),
+                     {("train_toy", "toy", None, None), ("prepare_backbone", "toy", None, None)}
+                     | decoding_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
+    # the speedup reference only changes the summary and the plots
+    "reference": (set_in("reference_method", "archer-k1"), REPORT_JOBS),
+    # scheduling settings never rerun anything
+    "resources": (set_in("resources", {"score": {"threads": 2}, "generate": {"mem_mb": 1000}}), set()),
+}
+
+
+@pytest.mark.parametrize("name", list(CHANGES))
+def test_a_change_reruns_exactly_what_it_affects(finished_run, snakemake, name):
+    change, expected = CHANGES[name]
+    assert rerun_after(finished_run, snakemake, name, change) == expected
