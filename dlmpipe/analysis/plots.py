@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.ticker import PercentFormatter
 
 from .pareto import front_steps
 
@@ -48,14 +49,15 @@ def _axes_for(ax, part: pd.DataFrame, backbone: str, task: str) -> None:
     ax.step(xs, ys, where="pre", color="tab:blue", linewidth=1.5, zorder=2, label="Pareto front")
     ax.set_xlabel(f"speedup over {reference} (x, mean time per sample)")
     ax.set_ylabel("quality (mean score)")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_title(f"{backbone} / {task}  (n = {int(part['n'].max())} per method)")
     lo, hi = part["quality"].min(), part["quality"].max()
-    pad = max(0.05, 0.1 * (hi - lo))
-    ax.set_ylim(max(-0.02, lo - pad), min(1.02, hi + pad) if hi <= 1 else hi + pad)
+    pad = max(0.05, 0.15 * (hi - lo))
+    ax.set_ylim(max(lo - pad, 0.0) - 0.01, min(hi + pad, 1.0) + 0.01)
     ax.set_xlim(left=0, right=max(1.0, part["speedup"].max()) * 1.2)
     _label_points(ax, part)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8, framealpha=0.9)
+    ax.legend(loc="best", fontsize=8, framealpha=0.9)
 
 
 def plot_pareto(summary: str | Path, out_dir: str | Path) -> list[Path]:

@@ -31,10 +31,13 @@ rule plot:
     output:
         report(
             directory(f"{R}/plots"),
-            patterns=["pareto_{name}.png"],
+            patterns=[
+                "pareto_{backbone,%s}_{task,%s}.png"
+                % (_alternatives(CAMPAIGN.backbones), _alternatives(CAMPAIGN.tasks))
+            ],
             caption="../report/pareto.rst",
             category="Pareto fronts",
-            labels={"plot": "{name}"},
+            labels={"backbone": "{backbone}", "task": "{task}"},
         ),
     log:
         f"{R}/logs/plot.log",
