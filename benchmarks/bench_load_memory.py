@@ -7,7 +7,8 @@ interpreter and libraries). This writes an LLaDA-format sharded bf16 checkpoint 
 ``peak RSS - RSS before loading`` from ``resource.getrusage`` (the kernel's high-water mark, which
 also counts file pages mapped into the process) and psutil's anonymous memory where available.
 
-    python benchmarks/bench_load_memory.py [--dir /tmp/dlmpipe-1gb] [--dtypes bfloat16 float32]
+    python benchmarks/bench_load_memory.py [--dir /tmp/dlmpipe-bench-1gb] [--dtypes bfloat16 float32]
+        [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -80,7 +81,9 @@ def mem():
 before = mem()
 base_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 t = time.perf_counter()
-loaded = load_backbone(sys.argv[1], dtype=sys.argv[2], device="cpu", with_tokenizer=False)
+loaded = load_backbone(sys.argv[1], dtype=sys.argv[2], device=sys.argv[3], with_tokenizer=False)
+if loaded.model.device.type == "cuda":
+    torch.cuda.synchronize()
 seconds = time.perf_counter() - t
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 after = mem()
@@ -91,8 +94,8 @@ print(json.dumps({"dtype": sys.argv[2], "weights": weights, "rss_before": before
 """
 
 
-def measure(path: Path, dtype: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path), dtype], check=True,
+def measure(path: Path, dtype: str, device: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path), dtype, device], check=True,
                          capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -101,17 +104,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="/tmp/dlmpipe-bench-1gb")
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda: then the host peak is the staging")
     args = ap.parse_args()
     path = Path(args.dir)
     if not (path / "model.safetensors.index.json").is_file():
         size = write_checkpoint(path)
         print(f"wrote {size / GIB:.2f} GiB bf16 checkpoint to {path}")
     on_disk = sum(f.stat().st_size for f in path.glob("*.safetensors"))
-    print(f"checkpoint: {path} ({on_disk / GIB:.2f} GiB of safetensors, bf16)")
+    print(f"checkpoint: {path} ({on_disk / GIB:.2f} GiB of safetensors, bf16); loading to {args.device}")
     print(f"{'dtype':>9} {'weights GiB':>12} {'peak-before GiB':>16} {'ratio':>6} "
           f"{'RSS after GiB':>14} {'load s':>7}")
     for dtype in args.dtypes:
-        r = measure(path, dtype)
+        r = measure(path, dtype, args.device)
         grow = r["peak"] - r["rss_before"]
         print(f"{dtype:>9} {r['weights'] / GIB:12.2f} {grow / GIB:16.2f} {grow / r['weights']:6.2f} "
               f"{(r['rss_after'] or 0) / GIB:14.2f} {r['seconds']:7.2f}")
