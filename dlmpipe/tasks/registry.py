@@ -11,9 +11,12 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .benchmarks import LOADERS
 from .toy import make_examples
 
 TASK_COLUMNS = ["task_id", "prompt", "kind", "answer", "code_prefix", "test", "entry_point"]
+# optional columns, written only when a loader fills them (docs/ARCHITECTURE.md, File contracts)
+OPTIONAL_COLUMNS = ["response_prefix", "plus_test"]
 
 
 def _toy_loader(task: str) -> Callable[..., list[dict]]:
@@ -29,6 +32,7 @@ def _toy_loader(task: str) -> Callable[..., list[dict]]:
 TASKS: dict[str, Callable[..., list[dict]]] = {
     "toy_code": _toy_loader("toy_code"),
     "toy_arith": _toy_loader("toy_arith"),
+    **LOADERS,  # real benchmarks: humaneval(_plus/_et), mbpp(_plus/_et), livecodebench, gsm8k, math500
 }
 
 
@@ -50,13 +54,15 @@ def load_task(name: str, **options) -> list[dict]:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
     limit, ids = options.pop("limit", None), options.pop("ids", None)
     rows = select(TASKS[name](**options), limit=limit, ids=ids)
-    return [{c: str(r.get(c, "") or "") for c in TASK_COLUMNS} for r in rows]
+    columns = TASK_COLUMNS + [c for c in OPTIONAL_COLUMNS if any(c in r for r in rows)]
+    return [{c: str(r.get(c, "") or "") for c in columns} for r in rows]
 
 
 def write_task_table(rows: list[dict], out: str | Path) -> None:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist(rows, schema=pa.schema([(c, pa.string()) for c in TASK_COLUMNS]))
+    columns = TASK_COLUMNS + [c for c in OPTIONAL_COLUMNS if rows and c in rows[0]]
+    table = pa.Table.from_pylist(rows, schema=pa.schema([(c, pa.string()) for c in columns]))
     tmp = out.with_suffix(".tmp.parquet")
     pq.write_table(table, tmp)
     tmp.replace(out)

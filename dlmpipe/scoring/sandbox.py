@@ -1,0 +1,388 @@
+"""Run one untrusted Python program against its tests in a sandbox of its own.
+
+Generated code is hostile until proven otherwise: it may loop, fork, allocate, open sockets,
+write anywhere, read secrets, exit early to fake success or kill its parent. Every program gets
+a fresh sandbox and an isolation level that is recorded with its result:
+
+``bwrap`` (preferred): ``setpriv`` drops to uid/gid 65534 with no groups (RLIMIT_NPROC is not
+enforced for uid 0), ``prlimit`` sets address-space, CPU-time, file-size, process-count, core
+and open-file limits, and ``bwrap --unshare-all`` gives the program its own user, PID, network
+(loopback only), IPC and UTS namespaces, a read-only view of /usr (and of the interpreter's
+prefix) and nothing else of the host, a size-capped private tmpfs as cwd/HOME/TMPDIR, a cleared
+environment, ``--die-with-parent`` and ``--new-session``. Where unprivileged user namespaces are
+off but we are root, bwrap runs as root without a user namespace and ``setpriv`` drops the uid
+inside it (the same level).
+
+``process`` (fallback where bwrap or namespaces are unavailable, e.g. some clusters): a separate
+process in its own session with the same rlimits, a cleared environment, a private scratch
+directory as cwd, and uid/gid 65534 when we are root. It shares the host's network and
+filesystem view (read-only only where permissions say so) and a child that calls ``setsid`` can
+outlive the wall-clock kill. Results record ``process`` so such scores can be told apart.
+
+The host kills the whole process group at the wall-clock limit; captured stdout/stderr are
+capped. The verdict comes only from token-authenticated lines the trusted driver (harness.py)
+writes to a dedicated pipe after each suite ran, never from the exit status.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NOBODY = 65534
+HARNESS_SOURCE = Path(__file__).with_name("harness.py").read_text()
+FINAL_STATUSES = ("passed", "failed", "timeout", "error")
+_DRAIN_LIMIT = 64 << 20  # bytes read from a flooding program before its pipe is closed
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-program resource limits. ``cpu`` follows the wall-clock limit."""
+
+    memory_mb: int = 4096     # RLIMIT_AS (EvalPlus uses 4 GiB)
+    file_mb: int = 64         # RLIMIT_FSIZE: largest file the program may write
+    nproc: int = 64           # RLIMIT_NPROC for uid 65534: fork bombs stop here
+    nofile: int = 256         # RLIMIT_NOFILE
+    scratch_mb: int = 64      # size of the private tmpfs (bwrap)
+    output_kb: int = 64       # captured stdout/stderr kept per stream
+
+
+@dataclass(frozen=True)
+class Isolation:
+    level: str                # "bwrap" or "process": recorded with every result
+    variant: str              # "userns", "rootns" or "process"
+    python: str               # interpreter checked to run inside this sandbox
+    ro_paths: tuple[str, ...] = ()
+
+
+@dataclass
+class SuiteOutcome:
+    status: str               # passed, failed, timeout, error, no-signal
+    detail: str = ""
+
+
+@dataclass
+class RunResult:
+    suites: dict[str, SuiteOutcome]
+    isolation: str
+    returncode: int | None
+    timed_out: bool
+    stdout: str = ""
+    stderr: str = ""
+    wall_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.suites) and all(s.status == "passed" for s in self.suites.values())
+
+
+class SandboxUnavailable(RuntimeError):
+    """No sandbox of the requested level can run Python here."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing and checking the isolation level (once per process)
+
+def _self_check(level: str) -> str:
+    """What must hold inside the sandbox before any generated code runs in it."""
+    lines = ["import os, socket, sys",
+             "assert sys.version_info >= (3, 8), sys.version",
+             "assert not os.access('/usr', os.W_OK), '/usr is writable'"]
+    if _is_root():
+        lines.append("assert os.getuid() != 0 and os.getgid() != 0, 'still root'")
+    if level == "bwrap":
+        lines += ["names = [n for _, n in socket.if_nameindex()]",
+                  "assert names == ['lo'], 'network interfaces visible: %s' % names"]
+    return "\n".join(lines) + "\n"
+
+
+_lock = threading.Lock()
+_cache: dict[str, Isolation] = {}
+
+
+def _tool(name: str) -> str | None:
+    for d in ("/usr/bin", "/bin", "/usr/sbin", "/sbin"):
+        path = os.path.join(d, name)
+        if os.access(path, os.X_OK):
+            return path
+    return shutil.which(name)
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _python_candidates() -> list[str]:
+    forced = os.environ.get("DLMPIPE_SANDBOX_PYTHON")
+    if forced:
+        return [forced]
+    seen, out = set(), []
+    for p in ("/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3"),
+              shutil.which("python")):
+        if p and os.access(p, os.X_OK) and os.path.realpath(p) not in seen:
+            seen.add(os.path.realpath(p))
+            out.append(p)
+    return out
+
+
+def _interpreter_paths(python: str) -> tuple[str, ...]:
+    """Directories the interpreter needs that /usr does not cover (a conda or /opt install)."""
+    probe = ("import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, "
+             "sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]))")
+    try:
+        out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True,
+                             timeout=30, env=_clean_env("/tmp")).stdout
+        dirs = json.loads(out)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return ()
+    keep = []
+    for d in dirs:
+        d = os.path.realpath(d)
+        if d.startswith("/usr/") or d == "/usr" or d in keep:
+            continue
+        if d.rstrip("/").endswith("/bin"):
+            d = os.path.dirname(d)
+        keep.append(d)
+    return tuple(sorted(set(keep)))
+
+
+def isolation(level: str | None = None) -> Isolation:
+    """The sandbox this process uses, chosen once and checked by running Python inside it.
+
+    ``level``: ``auto`` (default; env ``DLMPIPE_SANDBOX``), ``bwrap`` or ``process``. Asking for
+    ``bwrap`` where it cannot work raises instead of silently weakening the isolation.
+    """
+    level = level or os.environ.get("DLMPIPE_SANDBOX", "auto")
+    if level not in ("auto", "bwrap", "process"):
+        raise ValueError(f"DLMPIPE_SANDBOX must be auto, bwrap or process, not {level!r}")
+    with _lock:
+        if level not in _cache:
+            _cache[level] = _choose(level)
+        return _cache[level]
+
+
+def _choose(level: str) -> Isolation:
+    errors = []
+    variants = []
+    if level in ("auto", "bwrap") and _tool("bwrap"):
+        variants += ["userns"] + (["rootns"] if _is_root() else [])
+    if level in ("auto", "process"):
+        variants.append("process")
+    for variant in variants:
+        for python in _python_candidates():
+            iso = Isolation("process" if variant == "process" else "bwrap", variant, python,
+                            _interpreter_paths(python))
+            result = run_suites(_self_check(iso.level),
+                                [{"name": "check", "format": "assert", "code": "pass"}],
+                                wall_s=30, iso=iso)
+            if result.passed:
+                return iso
+            errors.append(f"{variant} with {python}: {result.suites} {result.stderr[-300:]}")
+    raise SandboxUnavailable("no working sandbox (%s): %s" % (level, "; ".join(errors) or
+                                                             "bwrap not installed"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the command line
+
+
+def _clean_env(home: str) -> dict[str, str]:
+    """No inherited variables: API keys and tokens in the scorer's environment stay there."""
+    return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+
+
+def _rlimit_args(limits: Limits, cpu_s: int) -> list[str]:
+    return [f"--as={limits.memory_mb << 20}", f"--cpu={cpu_s}", f"--fsize={limits.file_mb << 20}",
+            f"--nproc={limits.nproc}", f"--nofile={limits.nofile}", "--core=0"]
+
+
+def _bwrap_args(iso: Isolation, limits: Limits, userns: bool) -> list[str]:
+    unshare = (["--unshare-all"] if userns else
+               ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                "--unshare-cgroup-try"])
+    args = [*unshare, "--as-pid-1", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for path in iso.ro_paths:
+        args += ["--ro-bind", path, path]
+    args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+             "--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(limits.scratch_mb << 20), "--tmpfs", "/tmp",
+             "--chdir", "/tmp", "--clearenv"]
+    for key, value in _clean_env("/tmp").items():
+        args += ["--setenv", key, value]
+    return args
+
+
+def _command(iso: Isolation, limits: Limits, cpu_s: int, signal_fd: int) -> list[str]:
+    python = [iso.python, "-I", "-B", "-c", HARNESS_SOURCE, str(signal_fd)]
+    prlimit, setpriv = _tool("prlimit"), _tool("setpriv")
+    rlimits = [prlimit, *_rlimit_args(limits, cpu_s), "--"] if prlimit else []
+    drop = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+    if iso.variant == "userns":
+        # bwrap itself never runs as root: the uid is dropped before the namespaces are made.
+        return [*(drop if _is_root() else []), *rlimits, _tool("bwrap"),
+                *_bwrap_args(iso, limits, userns=True), "--", *python]
+    if iso.variant == "rootns":
+        caps = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        return [_tool("bwrap"), *_bwrap_args(iso, limits, userns=False), *caps, "--",
+                *drop, *rlimits, *python]
+    return [*rlimits, *python]  # process: Popen drops the uid (no preexec_fn: threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def default_wall_s(suites: list[dict], load_time_limit: float = 10.0) -> float:
+    """Wall-clock budget: every suite's limit (three times for differential suites, whose
+    reference solution runs first and whose limit stretches with the reference's time), loading
+    the program, and interpreter start-up. A backstop: the driver's own timers fire first."""
+    total = load_time_limit + 5.0
+    for s in suites:
+        t = float(s.get("time_limit", 30.0))
+        total += 3 * t if s.get("format") == "evalplus" else t
+    return total
+
+
+def run_suites(program: str, suites: list[dict], *, wall_s: float | None = None,
+               limits: Limits = Limits(), iso: Isolation | None = None,
+               load_time_limit: float = 10.0) -> RunResult:
+    """Run ``program`` then each test suite in one fresh sandbox; one outcome per suite."""
+    iso = iso or isolation()
+    wall = float(wall_s or default_wall_s(suites, load_time_limit))
+    cpu_s = math.ceil(wall) + 1
+    token = secrets.token_hex(16)
+    job = {"token": token, "program": program, "suites": suites,
+           "load_time_limit": load_time_limit, "output_cap": limits.output_kb << 10,
+           "limits": {"as": limits.memory_mb << 20, "cpu": cpu_s, "fsize": limits.file_mb << 20,
+                      "nproc": limits.nproc, "nofile": limits.nofile, "core": 0}}
+    payload = json.dumps(job).encode()
+
+    scratch = None
+    popen_kwargs: dict = {}
+    if iso.variant == "process":
+        scratch = tempfile.mkdtemp(prefix="dlmpipe-scratch-")
+        os.chmod(scratch, 0o700)
+        if _is_root():
+            os.chown(scratch, NOBODY, NOBODY)
+            popen_kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+        popen_kwargs["cwd"] = scratch
+    env = _clean_env(scratch or "/tmp")
+    try:
+        rc, timed_out, out, err, sig, elapsed = _execute(
+            iso, limits, cpu_s, wall, payload, env, popen_kwargs)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    outcomes = _outcomes(suites, sig, token, rc, timed_out)
+    return RunResult(outcomes, iso.level, rc, timed_out, out, err, elapsed)
+
+
+def run_program(program: str, *, timeout_s: float = 10.0, limits: Limits = Limits(),
+                iso: Isolation | None = None) -> RunResult:
+    """Run a bare program; its one suite ``program`` passes iff the program ran to the end."""
+    return run_suites(program, [{"name": "program", "format": "assert", "code": "pass",
+                                 "time_limit": 1.0}],
+                      wall_s=timeout_s + 3.0, limits=limits, iso=iso, load_time_limit=timeout_s)
+
+
+def _execute(iso, limits, cpu_s, wall, payload, env, popen_kwargs):
+    cap = limits.output_kb << 10
+    sig_r, sig_w = os.pipe()
+    with tempfile.TemporaryFile() as stdin_file:  # unlinked: the token never has a path
+        stdin_file.write(payload)
+        stdin_file.seek(0)
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(_command(iso, limits, cpu_s, sig_w), stdin=stdin_file,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    pass_fds=(sig_w,), start_new_session=True, env=env,
+                                    **popen_kwargs)
+        finally:
+            os.close(sig_w)
+    streams = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(),
+               sig_r: bytearray()}
+    drained = dict.fromkeys(streams, 0)
+    timed_out = False
+    deadline = start + wall
+    exited_at = None
+    with selectors.DefaultSelector() as sel:
+        for fd in streams:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = proc.poll() is None
+                break
+            if proc.poll() is not None:
+                exited_at = exited_at or now
+                if now - exited_at > 1.0:  # a straggler holds the pipes open: stop listening
+                    break
+            for key, _ in sel.select(timeout=min(deadline - now, 0.2)):
+                data = os.read(key.fd, 1 << 16)
+                buf = streams[key.fd]
+                if not data:
+                    sel.unregister(key.fd)
+                    continue
+                drained[key.fd] += len(data)
+                keep = (1 << 20) if key.fd == sig_r else cap
+                if len(buf) < keep:
+                    buf += data[: keep - len(buf)]
+                if drained[key.fd] > _DRAIN_LIMIT:
+                    sel.unregister(key.fd)  # flooding: stop reading; its writes now fail
+    _kill_group(proc)
+    rc = proc.wait()
+    for f in (proc.stdout, proc.stderr):
+        f.close()
+    os.close(sig_r)
+    elapsed = time.monotonic() - start
+    text = [bytes(streams[fd]).decode("utf-8", "replace") for fd in streams]
+    return rc, timed_out, text[0], text[1], text[2], elapsed
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the sandbox's process group. Under bwrap, killing the outer bwrap makes the
+    namespace's init die (--die-with-parent), and the kernel then kills every process in it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _outcomes(suites: list[dict], sig: str, token: str, rc: int | None,
+              timed_out: bool) -> dict[str, SuiteOutcome]:
+    reported: dict[str, SuiteOutcome] = {}
+    for line in sig.split("\n"):
+        parts = line.split("\t", 3)
+        if len(parts) == 4 and secrets.compare_digest(parts[0], token):
+            reported[parts[1]] = SuiteOutcome(parts[2], parts[3])
+    if timed_out:
+        fallback = SuiteOutcome("timeout", "wall-clock limit; process group killed")
+    elif rc == 0:
+        fallback = SuiteOutcome("no-signal", "exited with status 0 before the tests completed")
+    elif rc is not None and (rc in (-signal.SIGKILL, -signal.SIGXCPU)
+                             or rc in (128 + signal.SIGKILL, 128 + signal.SIGXCPU)):
+        fallback = SuiteOutcome("timeout", f"killed (status {rc}): CPU-time limit")
+    else:
+        fallback = SuiteOutcome("error", f"exited with status {rc} before the tests completed")
+    out = {}
+    for s in suites:
+        got = reported.get(s["name"])
+        out[s["name"]] = got if got and got.status in FINAL_STATUSES else fallback
+    return out

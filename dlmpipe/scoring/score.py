@@ -1,0 +1,96 @@
+"""The score stage: generations + task file -> scores parquet (docs/ARCHITECTURE.md contracts).
+
+Runs in its own job, never in the generation process, and never imports torch. Code samples run
+in parallel, one sandbox each (``workers`` at a time; a thread only waits on its sandbox's pipes,
+the work happens in the sandboxed processes). The output is written to a temporary file and
+renamed, so a killed job leaves either nothing or a complete file, and a rerun starts clean.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..tasks.registry import read_task_table
+from .answers import exact_match, score_math
+from .code import Settings, score_code
+from .sandbox import Isolation, isolation
+
+SCORE_FIELDS = [("passed", pa.bool_()), ("score", pa.float64()), ("status", pa.string()),
+                ("detail", pa.string()), ("isolation", pa.string())]
+PLUS_FIELDS = [("plus_passed", pa.bool_()), ("plus_status", pa.string())]
+
+
+def score_sample(task_row: dict, completion: str, settings: Settings,
+                 iso: Isolation | None = None) -> dict:
+    """Score columns for one completion of one task row, whatever its kind."""
+    kind = task_row.get("kind", "")
+    if kind == "code":
+        return score_code(task_row, completion, settings, iso)
+    if kind == "exact":
+        ok = exact_match(completion, task_row["answer"])
+        detail = "" if ok else f"expected {task_row['answer'].strip()!r}"[:200]
+    elif kind == "math":
+        ok, detail = score_math(completion, task_row["answer"])
+    else:
+        return {"passed": False, "score": 0.0, "status": "error",
+                "detail": f"unknown task kind {kind!r}", "isolation": "none"}
+    return {"passed": ok, "score": 1.0 if ok else 0.0, "status": "passed" if ok else "failed",
+            "detail": detail, "isolation": "none"}
+
+
+def score_many(pairs: list[tuple[dict, str]], workers: int = 0, settings: Settings | None = None,
+               progress: str = "") -> list[dict]:
+    """Score (task row, completion) pairs in parallel; results in input order."""
+    settings = settings or Settings()
+    iso = isolation() if any(row.get("kind") == "code" for row, _ in pairs) else None
+    workers = workers or os.cpu_count() or 1
+    results: list[dict] = [{}] * len(pairs)
+    start, done = time.monotonic(), 0
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(score_sample, row, text, settings, iso) for row, text in pairs]
+        for i, fut in enumerate(futures):
+            results[i] = fut.result()
+            done += 1
+            if progress and (done == len(pairs) or done % max(1, len(pairs) // 10) == 0):
+                print(f"{progress}: scored {done}/{len(pairs)} in {time.monotonic() - start:.1f}s",
+                      file=sys.stderr, flush=True)
+    return results
+
+
+def _atomic_write(table: pa.Table, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f".{out.name}.*.tmp"):
+        stale.unlink(missing_ok=True)  # left by a killed run
+    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, out)
+
+
+def score_generations(generations_path: str | Path, task_file: str | Path, out: str | Path,
+                      workers: int = 0, options: dict | None = None) -> None:
+    """Write ``scores/{b}/{t}/{method}.parquet``: the generations columns plus ``passed``,
+    ``score``, ``status``, ``detail``, ``isolation`` (and ``plus_passed``/``plus_status`` when the
+    task has extended tests). ``options``: time limits and resources (``Settings``)."""
+    generations = pq.read_table(generations_path)
+    tasks = {r["task_id"]: r for r in read_task_table(task_file)}
+    ids = generations.column("task_id").to_pylist()
+    completions = generations.column("completion").to_pylist()
+    unknown = sorted({t for t in ids if t not in tasks})
+    if unknown:
+        raise ValueError(f"{generations_path}: task ids not in {task_file}: {unknown[:5]}")
+    pairs = [(tasks[t], c or "") for t, c in zip(ids, completions)]
+    results = score_many(pairs, workers, Settings.from_options(options),
+                         progress=f"score {Path(generations_path).name}")
+
+    fields = SCORE_FIELDS + (PLUS_FIELDS if any(r.get("plus_test") for r in tasks.values()) else [])
+    table = generations.drop_columns([n for n, _ in fields if n in generations.column_names])
+    for name, dtype in fields:
+        table = table.append_column(pa.field(name, dtype),
+                                    pa.array([r.get(name) for r in results], type=dtype))
+    _atomic_write(table, Path(out))
