@@ -4,6 +4,7 @@
 import hashlib
 import json
 import re
+from pathlib import Path
 
 R = config["results_dir"].rstrip("/")
 RESOURCES = config["resources"]
@@ -31,9 +32,12 @@ def checkpoint_dir(backbone):
 
 
 def backbone_input(wildcards):
+    """The trained toy directory, or every file of a local checkpoint directory (so replacing
+    weights or tokenizer re-checks it and reruns what decoded with it)."""
     if CAMPAIGN.is_toy(wildcards.backbone):
         return {"checkpoint": checkpoint_dir(wildcards.backbone)}
-    return {"checkpoint_config": f"{checkpoint_dir(wildcards.backbone)}/config.json"}
+    files = Path(checkpoint_dir(wildcards.backbone)).iterdir()
+    return {"checkpoint": sorted(str(f) for f in files if f.is_file() and not f.name.startswith("."))}
 
 
 def generate_params(wildcards):
