@@ -43,6 +43,7 @@ NOBODY = 65534
 HARNESS_SOURCE = Path(__file__).with_name("harness.py").read_text()
 FINAL_STATUSES = ("passed", "failed", "timeout", "error")
 _DRAIN_LIMIT = 64 << 20  # bytes read from a flooding program before its pipe is closed
+START_RETRY_S = 90.0     # keep retrying a sandbox that failed to start for this long
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ def _choose(level: str) -> Isolation:
                             _interpreter_paths(python))
             result = run_suites(_self_check(iso.level),
                                 [{"name": "check", "format": "assert", "code": "pass"}],
-                                wall_s=30, iso=iso)
+                                wall_s=30, iso=iso, start_retry_s=0)
             if result.passed:
                 return iso
             errors.append(f"{variant} with {python}: {result.suites} {result.stderr[-300:]}")
@@ -262,7 +263,7 @@ def default_wall_s(suites: list[dict], load_time_limit: float = 10.0) -> float:
 
 def run_suites(program: str, suites: list[dict], *, wall_s: float | None = None,
                limits: Limits = Limits(), iso: Isolation | None = None,
-               load_time_limit: float = 10.0) -> RunResult:
+               load_time_limit: float = 10.0, start_retry_s: float = START_RETRY_S) -> RunResult:
     """Run ``program`` then each test suite in one fresh sandbox; one outcome per suite."""
     iso = iso or isolation()
     wall = float(wall_s or default_wall_s(suites, load_time_limit))
@@ -284,14 +285,29 @@ def run_suites(program: str, suites: list[dict], *, wall_s: float | None = None,
             popen_kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
         popen_kwargs["cwd"] = scratch
     env = _clean_env(scratch or "/tmp")
+    ready = f"{token}\t*\tready\t"
+    give_up = time.monotonic() + start_retry_s
+    attempt = 0
     try:
-        rc, timed_out, out, err, sig, elapsed = _execute(
-            iso, limits, cpu_s, wall, payload, env, popen_kwargs)
+        while True:
+            rc, timed_out, out, err, sig, elapsed = _execute(
+                iso, limits, cpu_s, wall, payload, env, popen_kwargs)
+            if timed_out or ready in sig or time.monotonic() > give_up:
+                break
+            # the sandbox did not start (e.g. EAGAIN: another program's fork bomb holds the
+            # uid's process budget until its own limit ends it): wait and try again
+            attempt += 1
+            time.sleep(min(0.25 * 2 ** attempt, 5.0))
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     outcomes = _outcomes(suites, sig, token, rc, timed_out)
-    return RunResult(outcomes, iso.level, rc, timed_out, out, err, elapsed)
+    if ready not in sig and not timed_out:
+        for outcome in outcomes.values():
+            outcome.status = "error"
+            outcome.detail = f"sandbox did not start: {err.strip()[-200:]}"
+    return RunResult(outcomes, iso.level, rc, timed_out, out, err, elapsed,
+                     extra={"start_attempts": attempt + 1})
 
 
 def run_program(program: str, *, timeout_s: float = 10.0, limits: Limits = Limits(),
