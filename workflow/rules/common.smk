@@ -40,6 +40,12 @@ def backbone_input(wildcards):
     return {"checkpoint": sorted(str(f) for f in files if f.is_file() and not f.name.startswith("."))}
 
 
+def task_input(wildcards):
+    """A local task source is an input: editing the file rebuilds the task (dataset ids are not)."""
+    source = config["tasks"][wildcards.task].get("source")
+    return [source] if source and Path(source).expanduser().exists() else []
+
+
 def generate_params(wildcards):
     """Everything a generate job's result depends on, besides its input files."""
     return {

@@ -3,6 +3,8 @@
 
 rule prepare_task:
     """One row per problem: prompt, kind, answer, hidden tests (file contract in ARCHITECTURE.md)."""
+    input:
+        task_input,
     output:
         f"{R}/tasks/{{task}}.parquet",
     params:
