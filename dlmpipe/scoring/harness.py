@@ -402,8 +402,9 @@ def _run_stdin(suite, program, arm, disarm, monotonic, io, limit):
         with open(path, "w", encoding="utf-8") as f:
             f.write(case["input"])
         fd = os.open(path, os.O_RDONLY)
-        os.dup2(fd, 0)
-        os.close(fd)
+        if fd != 0:  # fd 0 is free when the program closed it (e.g. via open(0))
+            os.dup2(fd, 0)
+            os.close(fd)
         sink = _Sink(int(suite.get("case_output_cap", 1 << 24)))
         sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, closefd=False)), encoding="utf-8")
         sys.stdout = sink

@@ -1,0 +1,307 @@
+"""Scoring: code extraction, answer matching on real GSM8K answers, the score stage's parquet
+contract (atomic, rerunnable, torch-free), and canonical solutions through ``score-samples``."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dlmpipe.cli import main as cli
+from dlmpipe.scoring.answers import latex_value, math_equal, normalize_math, score_math
+from dlmpipe.scoring.score import score_generations, score_sample
+from dlmpipe.scoring.code import Settings
+from dlmpipe.scoring.sandbox import isolation
+from dlmpipe.tasks.benchmarks import data_dirs, humaneval_package_file
+from dlmpipe.tasks.extract import (code_from_completion, cut_at_stop, final_answer, gsm8k_strict,
+                                   last_number, program_for, sanitize)
+from dlmpipe.tasks.registry import load_task, write_task_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def data_file(name: str) -> Path:
+    for d in data_dirs():
+        if (d / name).is_file():
+            return d / name
+    pytest.skip(f"{name} not found in {[str(d) for d in data_dirs()]} (set DLMPIPE_DATA_DIR)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Code extraction
+
+HE_PROMPT = 'from typing import List\n\n\ndef inc(x: int) -> int:\n    """Add one."""\n'
+HE_PREFIX = "Here is the completed function:\n```python\n" + HE_PROMPT
+
+
+def test_completion_continues_the_prefix_block():
+    completion = "    return x + 1\n```\n\nThis adds one. ```python\nprint(inc(1))\n```"
+    assert code_from_completion(completion, "inc", HE_PREFIX) == "    return x + 1\n"
+    program = program_for(completion, entry_point="inc", code_prefix=HE_PROMPT,
+                          response_prefix=HE_PREFIX)
+    assert program == HE_PROMPT + "    return x + 1\n"
+
+
+def test_completion_with_its_own_block_and_prose():
+    completion = ("Sure! Here it is:\n```python\nimport math\n\ndef inc(x):\n    return x + 1\n\n"
+                  "assert inc(1) == 2\nprint(inc(3))\nif __name__ == '__main__':\n    inc(0)\n"
+                  "```\nDone.<|endoftext|>garbage")
+    program = program_for(completion, entry_point="inc", code_prefix=HE_PROMPT)
+    assert program.startswith(HE_PROMPT.rstrip())  # prompt helpers/imports kept
+    assert "import math\n\ndef inc(x):\n    return x + 1\n" in program
+    assert "assert" not in program and "print" not in program and "__main__" not in program
+    # a model that opened its own fence although the prefix had opened one
+    own = "```python\ndef inc(x):\n    return x + 1\n```"
+    assert "return x + 1" in program_for(own, entry_point="inc", code_prefix=HE_PROMPT,
+                                         response_prefix=HE_PREFIX)
+
+
+def test_block_defining_the_entry_point_wins():
+    completion = "```python\nx = 1\n```\ntext\n```python\ndef inc(x):\n    return x + 1\n```"
+    assert code_from_completion(completion, "inc").startswith("def inc")
+
+
+def test_mbpp_prefix_and_truncated_tail():
+    completion = "def f(a):\n    return a * 2\n\ndef g(b):\n    return (b +"  # budget ran out
+    program = program_for(completion, entry_point="f", response_prefix=">>> Code:\n```python\n")
+    assert program.rstrip() == "def f(a):\n    return a * 2"
+
+
+def test_toy_continuation_unchanged():
+    assert program_for("x + 3", entry_point="f", code_prefix="def f(x):\n    return ") == \
+        "def f(x):\n    return x + 3"
+
+
+def test_sanitize_keeps_library_calls():
+    code = "import sys\nsys.setrecursionlimit(10000)\ndef f():\n    return 1\nf()\nprint(f())\n"
+    assert sanitize(code, "f") == "import sys\nsys.setrecursionlimit(10000)\ndef f():\n    return 1\n"
+
+
+def test_cut_at_stop():
+    assert cut_at_stop("abc<|im_end|>def<|endoftext|>") == "abc"
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers
+
+
+def test_gsm8k_extraction_on_real_answers():
+    rows = [json.loads(line) for line in data_file("gsm8k_test.jsonl").open()]
+    assert len(rows) == 1319
+    for r in rows:
+        ref = gsm8k_strict(r["answer"])
+        assert ref is not None and ref.lstrip("-").replace(".", "").isdigit(), r["answer"][-40:]
+        assert final_answer(r["answer"]) == ref
+        assert score_math(r["answer"], ref)[0]
+        # the same answer as a chat model writes it
+        reasoning = r["answer"].split("####")[0]
+        assert score_math(reasoning + f"The answer is ${int(float(ref)):,}.", ref)[0]
+        assert score_math(reasoning + f"So the final answer is \\boxed{{{ref}}}.", ref)[0]
+    # flexible: the last number of the reasoning alone (GSM8K's last step is usually the answer)
+    flexible = sum(math_equal(last_number(r["answer"].split("####")[0]), gsm8k_strict(r["answer"]))
+                   for r in rows)
+    assert flexible / len(rows) > 0.93
+    assert not score_math("I think it is 17.", "18")[0]
+    assert not score_math("no number here", "18")[0]
+
+
+@pytest.mark.parametrize("pred, ref", [
+    ("\\dfrac{1}{2}", "\\frac12"), ("0.5", "\\frac{1}{2}"), ("\\left( 1, 2 \\right)", "(1,2)"),
+    ("10\\%", "10"), ("5.0", "5"), ("90^\\circ", "90"), ("2\\sqrt{3}", "\\sqrt{12}"),
+    ("x = 3", "3"), ("\\$1,000", "1000"), ("\\text{(B)}", "(B)"), ("12 \\text{ cm}", "12"),
+    ("\\frac{\\pi}{2}", "\\pi/2"), ("-\\frac{3}{4}", "-0.75"), ("\\{1,2\\}", "\\{1, 2\\}"),
+])
+def test_math_equivalent(pred, ref):
+    assert math_equal(pred, ref), (normalize_math(pred), normalize_math(ref))
+
+
+@pytest.mark.parametrize("pred, ref", [("1/3", "0.33"), ("\\frac{1}{2}", "2"), ("(1,2)", "(2,1)"),
+                                       ("", "0"), (None, "1")])
+def test_math_not_equivalent(pred, ref):
+    assert not math_equal(pred, ref)
+
+
+def test_boxed_extraction_and_safe_values():
+    assert final_answer("so \\boxed{\\frac{1}{\\sqrt{2}}} and then \\boxed{3}") == "3"
+    assert final_answer("\\boxed{\\left\\{ 1 \\right\\}}") == "\\left\\{ 1 \\right\\}"
+    assert latex_value("__import__('os').system('true')") is None
+    assert latex_value("9**9**9**9") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The score stage
+
+
+def _generations(rows: list[dict], completions: list[str], path: Path) -> None:
+    n = len(completions)
+    table = pa.table({
+        "sample_index": list(range(n)), "task_id": [r["task_id"] for r in rows],
+        "completion": completions, "token_ids": [[1, 2, 3]] * n, "steps": [8] * n, "nfe": [8] * n,
+        "refreshes": [0] * n, "cached_forwards": [0] * n, "revisions": [0] * n,
+        "time_s": [0.1] * n, "device": ["cpu"] * n, "backbone": ["toy"] * n,
+        "task": [rows[0]["task_id"].split("/")[0]] * n, "method": ["m"] * n,
+        "sampler": ["s"] * n, "cache": ["c"] * n, "params": ["{}"] * n})
+    pq.write_table(table, path)
+
+
+def test_score_generations_toy(tmp_path):
+    code_rows = load_task("toy_code", n=6, seed=3)
+    task_file = tmp_path / "toy_code.parquet"
+    write_task_table(code_rows, task_file)
+    completions = [r["answer"] if i % 2 == 0 else "x + 1000" for i, r in enumerate(code_rows)]
+    completions[1] = "x +"  # a syntax error is a failure, not a crash
+    gen = tmp_path / "gen.parquet"
+    _generations(code_rows, completions, gen)
+    out = tmp_path / "scores" / "toy" / "toy_code" / "m.parquet"
+    score_generations(gen, task_file, out, workers=2)
+    scores = pq.read_table(out)
+    generation_columns = pq.read_table(gen).column_names
+    assert scores.column_names == generation_columns + ["passed", "score", "status", "detail",
+                                                        "isolation"]
+    got = scores.to_pylist()
+    assert [r["passed"] for r in got] == [i % 2 == 0 for i in range(6)]
+    assert [r["score"] for r in got] == [1.0 if i % 2 == 0 else 0.0 for i in range(6)]
+    assert {r["isolation"] for r in got} == {isolation().level}
+    assert got[3]["status"] == "failed" and "AssertionError" in got[3]["detail"]
+    assert not list(out.parent.glob(".*tmp"))
+    # a rerun overwrites cleanly
+    score_generations(gen, task_file, out, workers=1)
+    assert pq.read_table(out).num_rows == 6
+
+
+def test_score_generations_exact(tmp_path):
+    rows = load_task("toy_arith", n=4, seed=5)
+    task_file = tmp_path / "toy_arith.parquet"
+    write_task_table(rows, task_file)
+    gen = tmp_path / "gen.parquet"
+    _generations(rows, [rows[0]["answer"], " " + rows[1]["answer"] + "\n", "nope", ""], gen)
+    out = tmp_path / "scores.parquet"
+    score_generations(gen, task_file, out)
+    got = pq.read_table(out).to_pylist()
+    assert [r["passed"] for r in got] == [True, True, False, False]
+    assert {r["isolation"] for r in got} == {"none"}
+
+
+def test_unknown_task_id_is_an_error(tmp_path):
+    rows = load_task("toy_arith", n=2, seed=5)
+    task_file = tmp_path / "t.parquet"
+    write_task_table(rows[:1], task_file)
+    gen = tmp_path / "gen.parquet"
+    _generations(rows, ["1", "2"], gen)
+    with pytest.raises(ValueError, match="task ids not in"):
+        score_generations(gen, task_file, tmp_path / "s.parquet")
+
+
+def test_killed_scoring_job_leaves_no_output_and_reruns(tmp_path):
+    rows = load_task("toy_code", n=4, seed=3)
+    task_file = tmp_path / "t.parquet"
+    write_task_table(rows, task_file)
+    gen = tmp_path / "gen.parquet"
+    _generations(rows, ["x\nimport time\ntime.sleep(30)"] * 4, gen)
+    out = tmp_path / "s.parquet"
+    args = [sys.executable, "-m", "dlmpipe", "score", "--generations", str(gen), "--task-file",
+            str(task_file), "--out", str(out), "--workers", "2"]
+    proc = subprocess.Popen(args, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    time.sleep(3)
+    proc.kill()
+    proc.wait()
+    assert not out.exists()
+    _generations(rows, [r["answer"] for r in rows], gen)
+    assert cli(["score", "--generations", str(gen), "--task-file", str(task_file),
+                "--out", str(out)]) == 0
+    assert all(pq.read_table(out).column("passed").to_pylist())
+
+
+def test_scoring_never_imports_torch(tmp_path):
+    rows = load_task("toy_code", n=2, seed=3)
+    task_file = tmp_path / "t.parquet"
+    write_task_table(rows, task_file)
+    gen = tmp_path / "gen.parquet"
+    _generations(rows, [r["answer"] for r in rows], gen)
+    code = ("import sys; sys.modules['torch'] = None\n"  # any `import torch` now fails
+            "from dlmpipe.cli import main\n"
+            f"sys.exit(main(['score', '--generations', {str(gen)!r}, '--task-file', "
+            f"{str(task_file)!r}, '--out', {str(tmp_path / 's.parquet')!r}]))")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+# ---------------------------------------------------------------------------------------------
+# score-samples with canonical solutions
+
+
+def _write_samples(path: Path, rows: list[dict]) -> None:
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def _summary_numbers(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("pass@1 "):
+            label, value = line[len("pass@1 "):].split(":", 1)
+            out[label] = float(value.split("%")[0])
+    return out
+
+
+def test_score_samples_humaneval_canonical(tmp_path, capsys):
+    problems = [json.loads(line) for line in gzip.open(humaneval_package_file(), "rt")]
+    samples = tmp_path / "samples.jsonl"
+    # half as EvalPlus "solution" (whole program), half as "completion" (continues the prompt)
+    _write_samples(samples, [{"task_id": p["task_id"], "solution": p["prompt"] + p["canonical_solution"]}
+                             if i % 2 else {"task_id": p["task_id"], "completion": p["canonical_solution"]}
+                             for i, p in enumerate(problems)])
+    out = tmp_path / "scored.jsonl"
+    assert cli(["score-samples", "--task", "humaneval", "--samples", str(samples),
+                "--out", str(out)]) == 0
+    scored = [json.loads(line) for line in out.open()]
+    assert len(scored) == 164 and sum(r["passed"] for r in scored) == 164
+    assert {r["isolation"] for r in scored} <= {"bwrap", "process"}
+    assert _summary_numbers(capsys.readouterr().out) == {"base": 100.0}
+
+
+def _canonical_plus(task: str, file: str, tmp_path: Path, capsys) -> dict[str, float]:
+    source = data_file(file)
+    problems = [json.loads(line) for line in gzip.open(source, "rt")]
+    samples = tmp_path / "samples.jsonl"
+    _write_samples(samples, [{"task_id": p["task_id"],
+                              "solution": p["prompt"] + p["canonical_solution"]} for p in problems])
+    out = tmp_path / "scored.jsonl"
+    assert cli(["score-samples", "--task", task, "--samples", str(samples), "--out", str(out),
+                "--options", json.dumps({"source": str(source)})]) == 0
+    scored = [json.loads(line) for line in out.open()]
+    assert len(scored) == len(problems)
+    assert all("plus_status" in r for r in scored)
+    return _summary_numbers(capsys.readouterr().out)
+
+
+def test_score_samples_humaneval_plus_canonical(tmp_path, capsys):
+    numbers = _canonical_plus("humaneval_plus", "HumanEvalPlus-v0.1.10.jsonl.gz", tmp_path, capsys)
+    assert numbers["base"] >= 99.0 and numbers["plus"] >= 99.0, numbers
+
+
+@pytest.mark.slow
+def test_score_samples_mbpp_plus_canonical(tmp_path, capsys):
+    numbers = _canonical_plus("mbpp_plus", "MbppPlus-v0.2.0.jsonl.gz", tmp_path, capsys)
+    assert numbers["base"] >= 99.0 and numbers["plus"] >= 99.0, numbers
+
+
+def test_score_sample_wrong_solution_fails_plus_only():
+    source = data_file("HumanEvalPlus-v0.1.10.jsonl.gz")
+    row = {**load_task("humaneval_plus", source=str(source), ids=["HumanEval/0"])[0],
+           "response_prefix": ""}
+    # right on the base inputs (at most 6 numbers), wrong on longer plus inputs
+    wrong = ("    if len(numbers) > 6:\n        return False\n"
+             "    return any(abs(a - b) < threshold\n"
+             "               for i, a in enumerate(numbers) for b in numbers[i + 1:])\n")
+    result = score_sample(row, wrong, Settings())
+    assert result["passed"] is True and result["plus_passed"] is False, result
+    assert result["plus_status"] == "failed"
