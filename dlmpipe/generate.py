@@ -68,12 +68,15 @@ def cut_at_stop(ids: list[int], stop_ids: list[int]) -> list[int]:
     return ids
 
 
-def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
-    """Prompt token ids; chat backbones get the tokenizer's chat template around the text."""
+def encode_prompt(loaded, row: dict, chat: bool) -> list[int]:
+    """Prompt token ids of a task row: chat backbones wrap it in the checkpoint's chat template
+    (with the task's response prefix, e.g. an opened code block); others take the raw text."""
+    from .backbones.prompts import ChatPrompt
+
     if chat:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+        return loaded.chat_prompt(ChatPrompt(user=row["prompt"],
+                                             response_prefix=row.get("response_prefix") or ""))
+    return loaded.encode(row["prompt"])
 
 
 def resolve_device(device: str) -> torch.device:
@@ -203,10 +206,11 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
         loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
         model, tok = loaded.model, loaded.tokenizer
         sampler, cache = build_method(method, model)
+        stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
         params = json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
 
         def run(i: int) -> DecodeResult:
-            prompt = encode_prompt(tok, rows[i]["prompt"], chat=bool(man.get("chat")))
+            prompt = encode_prompt(loaded, rows[i], chat=bool(man.get("chat")))
             gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
             return decode(model, sampler, cache, torch.tensor(prompt, dtype=torch.long), gen_len, gen)
 
@@ -215,8 +219,7 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
         for i in tqdm(todo, desc=f"{man['name']}/{Path(task_file).stem}/{method['name']}", mininterval=2):
             res = run(i)
             ids = res.response.tolist()
-            text = tok.decode(cut_at_stop(ids, model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])),
-                              skip_special_tokens=False)
+            text = tok.decode(cut_at_stop(ids, stops), skip_special_tokens=False)
             st = res.stats
             journal.append({
                 "sample_index": i, "task_id": rows[i]["task_id"], "completion": text, "token_ids": ids,

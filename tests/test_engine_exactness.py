@@ -115,9 +115,9 @@ def test_saber_on_trained_toy_backbone_equals_archer_k1(toy_backbone):
     from dlmpipe.generate import encode_prompt
     from dlmpipe.tasks.toy import make_examples
 
-    model, tok = toy_backbone.model, toy_backbone.tokenizer
+    model = toy_backbone.model
     for ex in make_examples("toy_code", 3, 7) + make_examples("toy_arith", 3, 7):
-        prompt = torch.tensor(encode_prompt(tok, ex["prompt"], chat=False))
+        prompt = torch.tensor(encode_prompt(toy_backbone, ex, chat=False))
         ref = _run(model, SABER_FULL, prompt)
         got = _run(model, _archer(1), prompt)
         assert torch.equal(got.response, ref.response)
