@@ -281,6 +281,10 @@ class Campaign:
         if self.methods and ref not in self.methods:
             problems.append(f"reference_method: {ref!r} is not a method of this campaign "
                             f"(methods: {', '.join(self.methods)})")
+        for i, other in enumerate(config.get("also_speedup_against", [])):
+            if self.methods and other not in self.methods:
+                problems.append(f"also_speedup_against.{i}: {other!r} is not a method of this "
+                                f"campaign (methods: {', '.join(self.methods)})")
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
         self.origin = origin

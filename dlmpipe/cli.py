@@ -52,7 +52,8 @@ def _score_samples(a: argparse.Namespace) -> None:
 def _summarize(a: argparse.Namespace) -> None:
     from .analysis.summary import summarize
 
-    summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet, out_csv=a.out_csv)
+    summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet, out_csv=a.out_csv,
+              also_against=a.also_against)
 
 
 def _plot(a: argparse.Namespace) -> None:
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summarize", help="one summary row per (backbone, task, method)")
     s.add_argument("--scores", nargs="+", required=True)
     s.add_argument("--reference", required=True)
+    s.add_argument("--also-against", nargs="*", default=[], help="extra speedup references")
     s.add_argument("--out-parquet", required=True)
     s.add_argument("--out-csv", required=True)
     s.set_defaults(func=_summarize)

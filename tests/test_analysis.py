@@ -117,3 +117,21 @@ def test_plot_pareto_writes_one_png_per_backbone_and_task(tmp_path, campaign_sco
     assert sorted(p.name for p in written) == ["pareto_toy_arith.png", "pareto_toy_code.png"]
     for p in written:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
+
+
+def test_speedups_also_against_a_second_reference():
+    """Archer's tables: speedup over LLaDA-confidence and, separately, over Saber."""
+    import pandas as pd
+
+    from dlmpipe.analysis.summary import summary_table
+
+    rows = []
+    for method, t in (("llada-confidence", 4.0), ("saber", 2.0), ("archer-k8", 1.0)):
+        for i in range(2):
+            rows.append({"backbone": "b", "task": "t", "method": method, "sample_index": i,
+                         "score": 1.0, "time_s": t, "nfe": 4, "steps": 4, "refreshes": 0,
+                         "cached_forwards": 0, "revisions": 0})
+    table = summary_table(pd.DataFrame(rows), "llada-confidence", ["saber"]).set_index("method")
+    assert table.loc["archer-k8", "speedup"] == 4.0
+    assert table.loc["archer-k8", "speedup_vs_saber"] == 2.0
+    assert table.loc["saber", "speedup_vs_saber"] == 1.0

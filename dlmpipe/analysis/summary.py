@@ -38,8 +38,11 @@ def read_scores(paths: list[str | Path]) -> pd.DataFrame:
     return scores
 
 
-def summary_table(scores: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """Aggregate per-sample scores; raise when a (backbone, task) lacks the reference method."""
+def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] = ()) -> pd.DataFrame:
+    """Aggregate per-sample scores; raise when a (backbone, task) lacks the reference method.
+
+    ``also_against`` adds ``speedup_vs_<method>`` columns (empty where that method is absent).
+    """
     g = scores.groupby(KEYS, sort=False)
     table = pd.DataFrame({
         "quality": g["score"].mean(),
@@ -63,13 +66,22 @@ def summary_table(scores: pd.DataFrame, reference: str) -> pd.DataFrame:
                         on=["backbone", "task"])
     table["speedup"] = table["reference_time_s"] / table["mean_time_s"]
     table["reference"] = reference
+    extra = []
+    for other in also_against:
+        col = f"speedup_vs_{other}"
+        times = table.loc[table["method"] == other, ["backbone", "task", "mean_time_s"]]
+        table = table.merge(times.rename(columns={"mean_time_s": "other_time_s"}),
+                            on=["backbone", "task"], how="left")
+        table[col] = table["other_time_s"] / table["mean_time_s"]
+        table = table.drop(columns="other_time_s")
+        extra.append(col)
     table["pareto"] = False
     for _, idx in table.groupby(["backbone", "task"], sort=False).groups.items():
         part = table.loc[idx]
         table.loc[idx, "pareto"] = pareto_mask(part["quality"].tolist(), part["speedup"].tolist())
     table["n"] = table["n"].astype("int64")
     table["pareto"] = table["pareto"].astype(bool)
-    return table[SUMMARY_COLUMNS].sort_values(KEYS[:2], kind="stable").reset_index(drop=True)
+    return table[SUMMARY_COLUMNS + extra].sort_values(KEYS[:2], kind="stable").reset_index(drop=True)
 
 
 def _write_atomic(out: Path, write) -> None:
@@ -79,8 +91,9 @@ def _write_atomic(out: Path, write) -> None:
     os.replace(tmp, out)
 
 
-def summarize(scores: list[str], reference: str, out_parquet: str, out_csv: str) -> pd.DataFrame:
-    table = summary_table(read_scores(scores), reference)
+def summarize(scores: list[str], reference: str, out_parquet: str, out_csv: str,
+              also_against: list[str] = ()) -> pd.DataFrame:
+    table = summary_table(read_scores(scores), reference, also_against)
     _write_atomic(Path(out_parquet), lambda p: table.to_parquet(p, index=False))
     _write_atomic(Path(out_csv), lambda p: table.to_csv(p, index=False, float_format="%.6g"))
     return table

@@ -15,12 +15,14 @@ rule summarize:
         ),
     params:
         reference=config["reference_method"],
+        also_against=" ".join(config["also_speedup_against"]),
     log:
         f"{R}/logs/summarize.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
         "python -m dlmpipe summarize --scores {input} --reference {params.reference}"
+        " --also-against {params.also_against}"
         " --out-parquet {output.parquet} --out-csv {output.csv} > {log} 2>&1"
 
 
