@@ -21,7 +21,7 @@ from dlmpipe.scoring.code import Settings
 from dlmpipe.scoring.sandbox import isolation
 from dlmpipe.tasks.benchmarks import data_dirs, humaneval_package_file
 from dlmpipe.tasks.extract import (code_from_completion, cut_at_stop, final_answer, gsm8k_strict,
-                                   last_number, program_for, sanitize)
+                                   last_number, parses, program_for, sanitize)
 from dlmpipe.tasks.registry import load_task, write_task_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,9 +58,11 @@ def test_completion_with_its_own_block_and_prose():
     assert "import math\n\ndef inc(x):\n    return x + 1\n" in program
     assert "assert" not in program and "print" not in program and "__main__" not in program
     # a model that opened its own fence although the prefix had opened one
-    own = "```python\ndef inc(x):\n    return x + 1\n```"
-    assert "return x + 1" in program_for(own, entry_point="inc", code_prefix=HE_PROMPT,
-                                         response_prefix=HE_PREFIX)
+    for own in ("```python\ndef inc(x):\n    return x + 1\n```",
+                "Here is the code:\n```python\ndef inc(x):\n    return x + 1\n```\nDone."):
+        program = program_for(own, entry_point="inc", code_prefix=HE_PROMPT,
+                              response_prefix=HE_PREFIX)
+        assert program.endswith("def inc(x):\n    return x + 1\n") and parses(program)
 
 
 def test_block_defining_the_entry_point_wins():

@@ -8,9 +8,10 @@ cut at the stop token, take the fenced code, then make it entry-point aware.
 Code (``program_for``):
 1. cut at the first special stop string (``<|endoftext|>``, ``<|im_end|>``, ``<|eot_id|>``...);
 2. when the task's ``response_prefix`` left a code fence open (Saber's "Here is the completed
-   function:\\n```python\\n<prompt>"), the completion continues that block and the code ends at
-   its closing fence; otherwise take the fenced block that defines the entry point (else the
-   first block), or the raw text when there is no fence;
+   function:\n```python\n<prompt>"), the completion continues that block and the code ends at
+   its closing (bare) fence, unless the completion opens a block of its own (```python);
+   otherwise take the fenced block that defines the entry point (else the first block), or the
+   raw text when there is no fence;
 3. if that code defines the entry point it is a whole program (the task's ``code_prefix`` still
    goes first, when it parses on its own, for imports and helper functions the prompt defined);
    otherwise it continues ``code_prefix`` (the program is ``code_prefix + code``);
@@ -25,6 +26,11 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
+
+# parsing model output must not spam the scorer's log with its invalid escape sequences
+for _category in (DeprecationWarning, SyntaxWarning):
+    warnings.filterwarnings("ignore", message="invalid escape sequence", category=_category)
 
 STOP_STRINGS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|EOT|>",
                 "<|end|>", "</s>", "<eos>", "<|eos|>")
@@ -76,8 +82,10 @@ def code_from_completion(completion: str, entry_point: str = "", response_prefix
     text = cut_at_stop(completion)
     if leaves_fence_open(response_prefix):
         first = _FENCE.search(text)
-        if not (first and first.group(1) and not text[: first.start()].strip()):
-            # the first fence closes the block the prefix opened: the code ends there
+        if not (first and first.group(1)):
+            # a bare ``` closes the block the prefix opened: the code ends there (an opening
+            # fence carries a language tag: the model started a block of its own, e.g. when the
+            # prefix was not given to it)
             return text[: first.start()] if first else text
     blocks = fenced_blocks(text)
     if not blocks:
