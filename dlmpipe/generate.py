@@ -53,6 +53,7 @@ def decode(model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor, 
     sampler.begin(P, gen_len, model.cfg.mask_id, generator)
     cache.begin(x, P)
     while not sampler.done:
+        cache.note_due_positions(sampler.due_positions())
         logits = cache.response_logits(x, sampler.block)
         sampler.step(x, logits)
     _sync(device)

@@ -28,7 +28,11 @@ class Cache:
     """Base class: subclasses implement ``response_logits``."""
 
     name = "base"
-    #: True when every call returns valid logits for all G response rows (rollback samplers need it)
+    #: True when every call returns valid logits for all G response rows (rollback samplers need it).
+    #: False: only the masked rows of the current block that the next update may decode are
+    #: guaranteed (all of them, or the sampler's ``due_positions`` when it announces them); the
+    #: rows a call does not serve hold NaN, and the returned tensor may be a buffer the cache
+    #: reuses, valid until its next call (Fast-dLLM, dKV-Cache).
     serves_all_rows = True
 
     def __init__(self, model: Backbone):
@@ -40,6 +44,12 @@ class Cache:
         """Start a new sample whose sequence is ``x [N]`` with the prompt in ``x[:prompt_len]``."""
         self.prompt_len = prompt_len
         self.stats = CacheStats()
+
+    def note_due_positions(self, due: Tensor | None) -> None:
+        """Called by the decode loop before each ``response_logits`` with the sampler's
+        ``due_positions()`` (response positions the next update will decode, or None when the
+        logits decide). Caches that recompute only what is due (dKV-Cache greedy) keep it;
+        the default ignores it."""
 
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         """Logits ``[G, V]`` for the response positions, as the sampler reads them (shifted)."""

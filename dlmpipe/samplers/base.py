@@ -28,6 +28,12 @@ class Sampler:
         """Update ``x [N]`` in place from response logits ``[G, V]``."""
         raise NotImplementedError
 
+    def due_positions(self) -> Tensor | None:
+        """Response positions the next ``step`` will decode, when they are fixed before the
+        logits are known (fixed-order decoding); None when the logits decide (the default).
+        The decode loop passes this to the cache (``Cache.note_due_positions``)."""
+        return None
+
     # -- revision bookkeeping shared by all samplers ------------------------------------
     def _track(self, response: Tensor) -> None:
         """Record first tokens and mark positions re-masked or replaced after holding one."""
