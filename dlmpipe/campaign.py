@@ -28,11 +28,20 @@ TEMPLATE_FIELD = re.compile(r"\{([^{}]*)\}")
 
 # Which response rows get fresh logits at every step. A sampler that reads the logits of every
 # response row (rollback re-scores visible tokens) cannot run over a cache that leaves rows
-# without logits (dKV-Cache caches decoded rows and gives them no queries). Keep in step with
-# ``needs_all_rows`` / ``serves_all_rows`` in dlmpipe.methods (tests/test_config.py checks).
-CACHE_LOGIT_ROWS = {"none": "all_rows", "archer": "all_rows"}
-SAMPLER_LOGIT_ROWS = {"llada_confidence": "masked_rows", "saber": "all_rows"}
-SERVES = {"all_rows": {"all_rows", "masked_rows"}, "masked_rows": {"masked_rows"}}
+# without logits (dKV-Cache caches decoded rows and gives them no queries; Fast-dLLM computes
+# the current block only). Keep in step with ``needs_all_rows`` / ``serves_all_rows`` in
+# dlmpipe.methods (tests/test_config.py checks).
+CACHE_LOGIT_ROWS = {"none": "all_rows", "archer": "all_rows",
+                    "fast_dllm_prefix": "block_rows", "fast_dllm_dual": "block_rows",
+                    "dkv_decode": "masked_rows", "dkv_greedy": "masked_rows"}
+SAMPLER_LOGIT_ROWS = {"llada_confidence": "masked_rows", "saber": "all_rows",
+                      "threshold": "masked_rows", "factor": "masked_rows",
+                      "random_order": "masked_rows"}
+SERVES = {"all_rows": {"all_rows", "block_rows", "masked_rows"},
+          "block_rows": {"block_rows", "masked_rows"}, "masked_rows": {"masked_rows"}}
+ROWS_MEANING = {"all_rows": "every response row (visible ones too)",
+                "block_rows": "the rows of the current block",
+                "masked_rows": "the masked rows of the current block"}
 
 
 class ConfigError(ValueError):
@@ -225,8 +234,8 @@ def pairing_problem(method: dict) -> str | None:
     sampler, cache = method["sampler"]["name"], method["cache"]["name"]
     needs, gives = SAMPLER_LOGIT_ROWS[sampler], CACHE_LOGIT_ROWS[cache]
     if needs not in SERVES[gives]:
-        return (f"cache {cache!r} gives fresh logits only for {gives.replace('_', ' ')}; sampler "
-                f"{sampler!r} needs {needs.replace('_', ' ')}")
+        return (f"cache {cache!r} gives fresh logits only for {ROWS_MEANING[gives]}; sampler "
+                f"{sampler!r} reads {ROWS_MEANING[needs]} at every step")
     return None
 
 
@@ -236,7 +245,7 @@ def block_problem(method: dict, gen_length: int) -> str | None:
     block = s.get("block_length") or gen_length
     if gen_length % block:
         return f"sampler.block_length: {block} does not divide gen_length {gen_length}"
-    steps = s.get("steps") if s["name"] == "llada_confidence" else None
+    steps = s.get("steps") if s["name"] in ("llada_confidence", "random_order") else None
     if steps is not None and steps % (gen_length // block):
         return (f"sampler.steps: {steps} is not a multiple of the {gen_length // block} blocks "
                 f"(gen_length {gen_length} / block_length {block})")

@@ -8,13 +8,22 @@ from __future__ import annotations
 from .backbones.model import Backbone
 from .engine.archer import ArcherCache
 from .engine.base import Cache
+from .engine.dkv import DKVDecodeCache, DKVGreedyCache
+from .engine.fast_dllm import FastDLLMDualCache, FastDLLMPrefixCache
 from .engine.full import FullRecompute
 from .samplers.base import Sampler
 from .samplers.llada_confidence import LLaDAConfidence
+from .samplers.parallel import FactorSampler, ThresholdSampler
+from .samplers.random_order import RandomOrder
 from .samplers.saber import Saber
 
-SAMPLERS: dict[str, type[Sampler]] = {"llada_confidence": LLaDAConfidence, "saber": Saber}
-CACHES: dict[str, type[Cache]] = {"none": FullRecompute, "archer": ArcherCache}
+SAMPLERS: dict[str, type[Sampler]] = {"llada_confidence": LLaDAConfidence, "saber": Saber,
+                                      "threshold": ThresholdSampler, "factor": FactorSampler,
+                                      "random_order": RandomOrder}
+CACHES: dict[str, type[Cache]] = {"none": FullRecompute, "archer": ArcherCache,
+                                  "fast_dllm_prefix": FastDLLMPrefixCache,
+                                  "fast_dllm_dual": FastDLLMDualCache,
+                                  "dkv_decode": DKVDecodeCache, "dkv_greedy": DKVGreedyCache}
 
 
 def _split(spec: dict) -> tuple[str, dict]:

@@ -83,7 +83,8 @@ def test_unknown_sampler_is_one_message_not_a_cascade(tiny_config):
     with pytest.raises(ConfigError) as err:
         check_config(config)
     assert err.value.problems == [
-        "methods.archer.sampler.name: unknown sampler 'sabre'; known: llada_confidence, saber"]
+        "methods.archer.sampler.name: unknown sampler 'sabre'; known: llada_confidence, saber, "
+        "threshold, factor, random_order"]
 
 
 def test_defaults_are_filled_from_the_schema(tiny_config):
@@ -112,7 +113,9 @@ def test_snakemake_validator_fills_the_same_nested_defaults(tiny_config):
 def test_default_campaign_expands_readable_names():
     c = load_campaign([REPO / "config.yaml"])
     assert list(c.methods) == ["llada-confidence", "saber", "archer-k1", "archer-k2", "archer-k4",
-                               "archer-k8", "archer-kinf"]
+                               "archer-k8", "archer-kinf", "fast-dllm-prefix", "fast-dllm-dual",
+                               "fast-dllm-parallel", "fast-dllm-dual-parallel", "dkv-decode",
+                               "dkv-greedy"]
     assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
     assert c.method("archer-k8", "toy_code") == {**c.methods["archer-k8"], "gen_length": 16}
     assert "gen_length" not in c.task_options("toy_code")

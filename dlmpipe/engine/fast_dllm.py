@@ -1,0 +1,69 @@
+"""Fast-dLLM prefix and dual caches (METHODS.md §2.5), block-wise.
+
+The cache learns the block boundaries from the ``block`` argument: the first call of a new
+block is one full forward that stores every layer's K/V. The later steps of the block recompute
+
+- prefix cache: the current block and every later position (K/V of the prompt and earlier
+  blocks reused);
+- dual cache: the current block only, overwriting its rows in the cache (K/V of everything
+  else, later masked positions included, reused from the block's full forward).
+
+For logit-shifted families (Dream) the row before the block is computed too, since it predicts
+the block's first position. ``refresh_interval`` (optional) adds a full forward every that many
+steps inside a block; 1 is the degenerate setting (every step full) used by the exactness
+tests. How long a block lasts is the sampler's decision (every block is looped until it has no
+masks); the cache never counts steps per block.
+
+Only the current block's rows are served (``serves_all_rows = False``; other rows hold NaN), so
+a rollback sampler is refused at config time.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from ..backbones.model import Backbone
+from .row_cache import RowKVCache
+
+
+class FastDLLMCache(RowKVCache):
+    name = "fast_dllm"
+
+    def __init__(self, model: Backbone, refresh_interval: int | None = None):
+        super().__init__(model)
+        if refresh_interval is not None and refresh_interval < 1:
+            raise ValueError(f"{self.name}: refresh_interval must be >= 1 or null (got {refresh_interval})")
+        self.refresh_interval = refresh_interval
+
+    def recomputed_rows(self, lo: int, hi: int) -> tuple[int, int]:
+        """Absolute rows ``[start, stop)`` a cached step of block ``[lo, hi)`` recomputes."""
+        raise NotImplementedError
+
+    def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
+        self.stats.forwards += 1
+        first = self.block is None
+        new_block = self._enter(block)
+        lo, hi = self.block
+        serve = self.positions[lo:hi]  # response positions of the block
+        refresh = (self.refresh_interval is not None
+                   and self.block_step % self.refresh_interval == 0)
+        if new_block or refresh:
+            self.stats.refreshes += 0 if first else 1
+            return self._full_forward(x, serve)
+        self.stats.cached_forwards += 1
+        start, stop = self.recomputed_rows(lo, hi)
+        return self._forward_rows(x, self.positions[start:stop], serve)
+
+
+class FastDLLMPrefixCache(FastDLLMCache):
+    name = "fast_dllm_prefix"
+
+    def recomputed_rows(self, lo: int, hi: int) -> tuple[int, int]:
+        return self.model.first_logit_row(self.prompt_len + lo), self.positions.numel()
+
+
+class FastDLLMDualCache(FastDLLMCache):
+    name = "fast_dllm_dual"
+
+    def recomputed_rows(self, lo: int, hi: int) -> tuple[int, int]:
+        return self.model.first_logit_row(self.prompt_len + lo), self.prompt_len + hi
+

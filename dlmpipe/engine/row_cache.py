@@ -1,0 +1,93 @@
+"""Machinery shared by the caches that give queries to only some rows (Fast-dLLM, dKV-Cache).
+
+Every layer's K/V of all N positions lives in preallocated buffers. A full forward runs every
+row and stores every layer's K/V. A partial forward embeds only the chosen rows (ascending
+absolute indices), runs them through every layer at their true RoPE positions, writes their
+fresh K/V over the cached rows in place and lets them attend over all N cached rows; every other
+row keeps the K/V it was last computed with and gets no query.
+
+Such a cache serves only some response rows (``serves_all_rows = False``): the logits of the
+positions it serves are written into a reused ``[G, V]`` buffer whose other rows hold NaN (the
+rows served by the previous call are reset, nothing else is touched). For logit-shifted
+families (Dream) the row before each served position must be among the computed rows; callers
+add it.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .base import Cache
+
+
+class RowKVCache(Cache):
+    serves_all_rows = False
+
+    def begin(self, x: Tensor, prompt_len: int) -> None:
+        super().begin(x, prompt_len)
+        m, cfg = self.model, self.model.cfg
+        n = x.shape[0]
+        shape = (cfg.n_layers, 1, cfg.n_kv_heads, n, cfg.head_dim)
+        dtype, device = m.embed.weight.dtype, m.device
+        self.keys = torch.empty(shape, dtype=dtype, device=device)
+        self.values = torch.empty(shape, dtype=dtype, device=device)
+        self.positions = torch.arange(n, device=device)
+        self.logits = torch.full((n - prompt_len, cfg.vocab_size), float("nan"), device=device)
+        self.served: Tensor | None = None   # response positions the last call wrote
+        self.block: tuple[int, int] | None = None
+        self.block_step = 0                 # forwards since the current block started
+        self.query_rows = 0                 # rows given queries, over all forwards
+        self.total_rows = 0
+
+    def _full_forward(self, x: Tensor, serve: Tensor) -> Tensor:
+        """Every row, every layer's K/V stored; logits of the response positions ``serve``."""
+        m = self.model
+        h = m.embed(x[None])
+        for i in range(m.cfg.n_layers):
+            h, k, v = m.layer(i, h, self.positions)
+            self.keys[i].copy_(k)
+            self.values[i].copy_(v)
+        self._count(x.shape[0])
+        return self._serve(h, self.positions, serve)
+
+    def _forward_rows(self, x: Tensor, rows: Tensor, serve: Tensor) -> Tensor:
+        """Queries for ``rows`` only (ascending absolute indices), over all cached K/V."""
+        m = self.model
+        positions = self.positions[rows]
+        h = m.embed(x[rows][None])
+        for i in range(m.cfg.n_layers):
+            q, k, v = m.qkv(i, h, positions)
+            keys, values = self.keys[i], self.values[i]
+            keys.index_copy_(2, rows, k)
+            values.index_copy_(2, rows, v)
+            h = h + m.attn_output(i, m.attend(q, keys, values))
+            h = h + m.ffn(i, h)
+        self._count(rows.numel())
+        return self._serve(h, rows, serve)
+
+    def _serve(self, h: Tensor, rows: Tensor, serve: Tensor) -> Tensor:
+        """Write the logits of response positions ``serve`` (from hidden rows ``h`` of absolute
+        ``rows``) into the buffer; the rows served last time go back to NaN."""
+        if self.served is not None:
+            self.logits[self.served] = float("nan")
+        source = serve + self.model.first_logit_row(self.prompt_len)  # the row predicting each
+        self.logits[serve] = self.model.logits(h[0, torch.searchsorted(rows, source)])
+        self.served = serve
+        return self.logits
+
+    def _count(self, rows: int) -> None:
+        self.query_rows += rows
+        self.total_rows += self.positions.numel()
+
+    def _enter(self, block) -> bool:
+        """Track the sampler's block; True when this call starts a new one."""
+        block = (int(block[0]), int(block[1]))
+        if block != self.block:
+            self.block, self.block_step = block, 0
+            return True
+        self.block_step += 1
+        return False
+
+    def extra_stats(self) -> dict:
+        fraction = self.query_rows / self.total_rows if self.total_rows else 0.0
+        return {"query_row_fraction": round(fraction, 4)}

@@ -1,0 +1,123 @@
+"""Threshold and factor parallel decoding (Fast-dLLM; METHODS.md §1.2).
+
+Blocks are decoded left to right; each block is looped until it has no masks. Per step the
+candidates are the masked positions of the current block, sorted by confidence (softmax
+probability of the chosen token, float64; tokens chosen like LLaDA's, Gumbel noise at
+temperature > 0, never the MASK id). The most confident candidate is always accepted; the rule
+decides how many more:
+
+- threshold (tau): every other candidate with confidence >= tau;
+- factor (f): the largest prefix n of the sorted confidences with c_(i) >= 1 - f / (i + 1)
+  for i = 2..n (1-based).
+
+``max_steps_per_block`` (optional) caps a block's steps: its last allowed step accepts every
+remaining candidate, so a block never ends with masks left. These samplers read only the rows
+of the current block, so they pair with caches that serve blocks (Fast-dLLM, dKV-Cache).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .base import Sampler, gumbel_argmax
+
+
+def threshold_accepts(sorted_confidence: Tensor, tau: float) -> int:
+    """How many of the descending confidences the threshold rule accepts (at least one)."""
+    if sorted_confidence.numel() == 0:
+        return 0
+    return 1 + int((sorted_confidence[1:] >= tau).sum())
+
+
+def factor_accepts(sorted_confidence: Tensor, f: float) -> int:
+    """Largest n with ``c_(i) >= 1 - f / (i + 1)`` for i = 2..n (the first always accepted)."""
+    m = sorted_confidence.numel()
+    if m == 0:
+        return 0
+    i = torch.arange(2, m + 1, dtype=torch.float64, device=sorted_confidence.device)
+    holds = sorted_confidence[1:].to(torch.float64) >= 1 - f / (i + 1)
+    return 1 + int(torch.cumprod(holds.to(torch.int64), 0).sum())
+
+
+class ParallelSampler(Sampler):
+    """Block loop shared by the threshold and factor rules; subclasses implement ``accepts``."""
+
+    def __init__(self, block_length: int | None = 32, temperature: float = 0.0,
+                 max_steps_per_block: int | None = None):
+        if block_length is not None and block_length < 1:
+            raise ValueError(f"{self.name}: block_length must be >= 1 (got {block_length})")
+        if max_steps_per_block is not None and max_steps_per_block < 1:
+            raise ValueError(f"{self.name}: max_steps_per_block must be >= 1 (got {max_steps_per_block})")
+        if temperature < 0:
+            raise ValueError(f"{self.name}: temperature must be >= 0 (got {temperature})")
+        self.block_length_opt, self.temperature = block_length, temperature
+        self.max_steps_per_block = max_steps_per_block
+
+    def accepts(self, sorted_confidence: Tensor) -> int:
+        raise NotImplementedError
+
+    def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator)
+        self.block_length = self.block_length_opt or gen_len
+        if gen_len % self.block_length:
+            raise ValueError(f"gen_length {gen_len} is not a multiple of block_length {self.block_length}")
+        self.num_blocks = gen_len // self.block_length
+        self.block_index, self.block_steps = 0, 0
+        self.accepted_per_step: list[int] = []
+
+    @property
+    def block(self) -> tuple[int, int]:
+        lo = self.block_index * self.block_length
+        return (lo, lo + self.block_length)
+
+    def step(self, x: Tensor, logits: Tensor) -> None:
+        response = x[self.prompt_len:]
+        lo, hi = self.block
+        candidates = (response[lo:hi] == self.mask_id).nonzero()[:, 0] + lo
+        rows = logits[candidates]
+        without_mask = rows.clone()
+        without_mask[:, self.mask_id] = float("-inf")
+        tokens = gumbel_argmax(without_mask, self.temperature, self.generator)
+        confidence = torch.softmax(rows.to(torch.float64), dim=-1).gather(-1, tokens[:, None])[:, 0]
+        order = torch.sort(confidence, descending=True, stable=True).indices
+        n = self.accepts(confidence[order])
+        self.block_steps += 1
+        if self.max_steps_per_block is not None and self.block_steps >= self.max_steps_per_block:
+            n = candidates.numel()  # the capped block's last step: nothing stays masked
+        chosen = order[:n]
+        response[candidates[chosen]] = tokens[chosen]
+        self.accepted_per_step.append(n)
+        self.steps += 1
+        self._track(response)
+        if not bool((response[lo:hi] == self.mask_id).any()):
+            self.block_index, self.block_steps = self.block_index + 1, 0
+            self.done = self.block_index == self.num_blocks
+
+    def stats(self) -> dict:
+        return {**super().stats(), "accepted_per_step": list(self.accepted_per_step)}
+
+
+class ThresholdSampler(ParallelSampler):
+    name = "threshold"
+
+    def __init__(self, tau: float = 0.9, **kwargs):
+        if not 0 <= tau <= 1:
+            raise ValueError(f"threshold: tau must be in [0, 1] (got {tau})")
+        super().__init__(**kwargs)
+        self.tau = tau
+
+    def accepts(self, sorted_confidence: Tensor) -> int:
+        return threshold_accepts(sorted_confidence, self.tau)
+
+
+class FactorSampler(ParallelSampler):
+    name = "factor"
+
+    def __init__(self, f: float = 1.0, **kwargs):
+        if f <= 0:
+            raise ValueError(f"factor: f must be > 0 (got {f})")
+        super().__init__(**kwargs)
+        self.f = f
+
+    def accepts(self, sorted_confidence: Tensor) -> int:
+        return factor_accepts(sorted_confidence, self.f)
