@@ -53,6 +53,8 @@ class RowKVCache(Cache):
     def _forward_rows(self, x: Tensor, rows: Tensor, serve: Tensor) -> Tensor:
         """Queries for ``rows`` only (ascending absolute indices), over all cached K/V."""
         m = self.model
+        if rows.numel() == 0:  # nothing changed and nothing due: no row needs a query
+            return self._serve(None, rows, serve)
         positions = self.positions[rows]
         h = m.embed(x[rows][None])
         for i in range(m.cfg.n_layers):
@@ -65,13 +67,14 @@ class RowKVCache(Cache):
         self._count(rows.numel())
         return self._serve(h, rows, serve)
 
-    def _serve(self, h: Tensor, rows: Tensor, serve: Tensor) -> Tensor:
+    def _serve(self, h: Tensor | None, rows: Tensor, serve: Tensor) -> Tensor:
         """Write the logits of response positions ``serve`` (from hidden rows ``h`` of absolute
         ``rows``) into the buffer; the rows served last time go back to NaN."""
         if self.served is not None:
             self.logits[self.served] = float("nan")
-        source = serve + self.model.first_logit_row(self.prompt_len)  # the row predicting each
-        self.logits[serve] = self.model.logits(h[0, torch.searchsorted(rows, source)])
+        if serve.numel():
+            source = serve + self.model.first_logit_row(self.prompt_len)  # the row predicting each
+            self.logits[serve] = self.model.logits(h[0, torch.searchsorted(rows, source)])
         self.served = serve
         return self.logits
 
