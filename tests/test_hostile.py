@@ -35,7 +35,9 @@ INNER = "--hostile-inner"
 
 ADD = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return a - b\n"
-TEST = "assert add(1, 2) == 3\nassert add(-1, 1) == 0\nassert add(5, 5) == 10\n"
+TEST = ("assert add(1, 2) == 3\nassert add(-1, 1) == 0\nassert add(5, 5) == 10\n"
+        "assert abs(add(0.1, 0.2) - 0.3) < 1e-9\n")
+FLOAT_WRONG = "def add(a, b):\n    return a + b if isinstance(a, int) else 42.0\n"
 
 # name -> (program, what must happen: "pass", "fail" or "any" (host checks only))
 CASES = {
@@ -74,6 +76,12 @@ CASES = {
     "patch_builtins_and_exits": ("import builtins, os, sys\nbuiltins.print = lambda *a, **k: None\n"
                                  "sys.exit = lambda *a: None\nos._exit = lambda *a: None\n"
                                  "builtins.BaseException = object\n" + WRONG, "fail"),
+    "patch_builtin_the_test_uses": ("import builtins\nbuiltins.abs = lambda x: 0\n" + FLOAT_WRONG,
+                                    "fail"),
+    "shadow_builtin_the_test_uses": (FLOAT_WRONG + "def abs(x):\n    return 0\n", "fail"),
+    "patch_builtin_during_the_call": ("def add(a, b):\n    import builtins\n"
+                                      "    builtins.abs = lambda x: 0\n"
+                                      "    return a + b if isinstance(a, int) else 42.0\n", "fail"),
     "excepthook_and_atexit": ("import atexit, os, sys\nsys.excepthook = lambda *a: None\n"
                               "atexit.register(lambda: os.write(1, b'passed'))\n" + WRONG, "fail"),
     "forge_signal_lines": ("import os\nfor fd in range(0, 64):\n    try:\n"
@@ -101,6 +109,8 @@ PROCESS_CASES = ["benign", "infinite_loop", "infinite_loop_at_import", "sleep_ig
                  "fork_bomb", "memory_bomb", "memory_bomb_one_shot", "read_env_secret",
                  "exit0_before_asserts", "os_exit0_before_asserts", "os_exit0_inside_test",
                  "patch_assertion_error", "patch_builtins_and_exits", "excepthook_and_atexit",
+                 "patch_builtin_the_test_uses", "shadow_builtin_the_test_uses",
+                 "patch_builtin_during_the_call",
                  "forge_signal_lines", "flood_stdout_python", "flood_fd1", "flood_fd2",
                  "overwrite_host_file", "delete_outside_scratch"]
 

@@ -10,14 +10,17 @@ Why a token: a program that calls ``exit(0)`` / ``os._exit(0)`` before its asser
 ``AssertionError`` or builtins, fools any scorer that trusts the exit status. Here a suite counts
 as passed only when this driver writes ``token<TAB>suite<TAB>passed`` to the signal pipe after
 the suite's code ran to completion. The token arrives on stdin, which is read and replaced by
-/dev/null before any untrusted code runs, and the writer (``os.write``) is bound beforehand.
-The program shares this interpreter with its tests, so code written to dig the token out of this
-driver's frames could still forge a pass (as with every in-process test runner); the sandbox
-contains what such code can do, it does not make it score.
+/dev/null before any untrusted code runs; every function and class the driver needs afterwards
+is bound beforehand, the driver and the test code resolve builtins in private copies (patching
+``builtins`` steers only the program itself), and test code does not see program globals that
+shadow builtins. The program still shares this interpreter with its tests, so code written to
+dig the token out of this driver's frames, to patch stdlib modules the tests use, or to return
+objects whose ``==`` always holds could forge a pass (as with every in-process test runner); the
+sandbox contains what such code can do, it does not make it score.
 
 Suite formats (``format`` key):
-- ``assert``: exec the program, then the test code in the program's namespace (the test code
-  calls ``check(entry_point)`` itself where the benchmark defines ``check``).
+- ``assert``: exec the program, then the test code with the program's functions and classes
+  in scope (the test code calls ``check(entry_point)`` itself where the benchmark defines it).
 - ``evalplus``: differential testing as EvalPlus does it: the reference solution's outputs on
   ``inputs`` are computed *before* the program runs; the candidate must match them (``atol``,
   per-benchmark special oracles) within a per-input time limit derived from the reference time.
@@ -26,66 +29,75 @@ Suite formats (``format`` key):
 - ``functional``: LiveCodeBench LeetCode-style problems: ``Solution().<entry_point>(*args)``
   with JSON-encoded arguments, one per line.
 """
-import os
-import sys
+import builtins as _builtins_module
+
+_PRISTINE = dict(_builtins_module.__dict__)
+# Functions defined below resolve builtins here, not in the module the program can patch.
+__builtins__ = dict(_PRISTINE)
+
+import copy  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from decimal import Decimal, InvalidOperation  # noqa: E402
+
+
+class _Tools:
+    """Everything the driver calls after candidate code has run, bound before it runs."""
+
+    def __init__(self):
+        self.write, self.exit_now, self.open_fd = os.write, os._exit, os.open
+        self.dup2, self.close, self.abspath, self.O_RDONLY = os.dup2, os.close, os.path.abspath, os.O_RDONLY
+        self.monotonic, self.perf_counter = time.monotonic, time.perf_counter
+        self.deepcopy, self.json_loads = copy.deepcopy, json.loads
+        self.set_handler, self.setitimer = signal.signal, signal.setitimer
+        self.SIGALRM, self.ITIMER_REAL = signal.SIGALRM, signal.ITIMER_REAL
+        self.pow, self.sqrt = math.pow, math.sqrt
+        self.TextIOWrapper, self.BufferedReader, self.FileIO = (io.TextIOWrapper, io.BufferedReader,
+                                                                io.FileIO)
+        self.Decimal, self.InvalidOperation = Decimal, InvalidOperation
+        self.settrace, self.setprofile = sys.settrace, sys.setprofile
+        self.sys = sys
+
+
+class _Timeout(BaseException):
+    """Derives from BaseException so ``except Exception`` in candidate code cannot eat it."""
 
 
 def _main():
-    import copy
-    import io
-    import json
-    import math
-    import resource
-    import signal
-    import time
-
-    write, exit_now, monotonic = os.write, os._exit, time.monotonic
-    BaseExc, Exc = BaseException, Exception
+    t = _Tools()
     signal_fd = int(sys.argv[1])
-
     job = json.loads(sys.stdin.buffer.read().decode("utf-8"), object_hook=_decode_tagged)
     null_fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null_fd, 0)
     os.close(null_fd)
     token = job.pop("token")
-    _apply_limits(resource, job.get("limits") or {})
+    _apply_limits(job.get("limits") or {})
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(50000)  # EvalPlus's setting: big-int outputs stay comparable
-
-    write(signal_fd, ("%s\t*\tready\t\n" % token).encode())  # the sandbox started
-
-    def clean(text):
-        return str(text).replace("\t", " ").replace("\n", " ")[:300]
+    t.write(signal_fd, ("%s\t*\tready\t\n" % token).encode())  # the sandbox started
 
     def emit(suite, status, detail=""):
-        write(signal_fd, ("%s\t%s\t%s\t%s\n" % (token, suite, status, clean(detail))).encode())
-
-    class Timeout(BaseExc):
-        """Derives from BaseException so ``except Exception`` in candidate code cannot eat it."""
+        detail = str(detail).replace("\t", " ").replace("\n", " ")[:300]
+        t.write(signal_fd, ("%s\t%s\t%s\t%s\n" % (token, suite, status, detail)).encode())
 
     def on_alarm(signum, frame):
-        raise Timeout("time limit")
-
-    def describe(e):
-        if isinstance(e, Timeout):
-            return "timeout", "time limit exceeded"
-        if isinstance(e, SystemExit):
-            return "failed", "SystemExit(%r) before the tests completed" % (e.code,)
-        try:
-            name, msg = type(e).__name__, str(e)
-        except BaseExc:
-            name, msg = "exception", ""
-        return "failed", "%s: %s" % (name, msg) if msg else name
+        raise _Timeout("time limit")
 
     def arm(seconds):
-        signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+        t.set_handler(t.SIGALRM, on_alarm)
+        t.setitimer(t.ITIMER_REAL, max(seconds, 0.001))
 
     def disarm():
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        t.setitimer(t.ITIMER_REAL, 0)
 
-    suites = job["suites"]
-    program = job["program"]
+    t.arm, t.disarm = arm, disarm
+    suites, program = job["suites"], job["program"]
     out_cap = int(job.get("output_cap", 1 << 16))
     real_stdout, real_stderr = sys.stdout, sys.stderr
     sink_out, sink_err = _Sink(out_cap), _Sink(out_cap)
@@ -95,12 +107,12 @@ def _main():
     for suite in suites:
         if suite["format"] == "evalplus":
             try:
-                references[suite["name"]] = _reference_outputs(suite, arm, disarm, copy)
-            except BaseExc as e:
+                references[suite["name"]] = _reference_outputs(suite, t)
+            except BaseException as e:
                 references[suite["name"]] = e
 
     # 2. The candidate program, once, for every suite that calls into it.
-    namespace = {"__name__": "__candidate__", "__builtins__": __builtins__}
+    namespace = {"__name__": "__candidate__", "__builtins__": _builtins_module}
     program_error = None
     if any(s["format"] != "stdin" for s in suites):
         sys.stdout, sys.stderr = sink_out, sink_err
@@ -108,10 +120,10 @@ def _main():
             arm(float(job.get("load_time_limit", 10.0)))
             exec(compile(program, "<program>", "exec"), namespace)
             disarm()
-        except BaseExc as e:
+        except BaseException as e:
             disarm()
-            program_error = describe(e)
-        sys.stdout, sys.stderr = real_stdout, real_stderr
+            program_error = _describe(e)
+        t.sys.stdout, t.sys.stderr = real_stdout, real_stderr
 
     # 3. The suites, each ended by an explicit signal.
     for suite in suites:
@@ -121,27 +133,38 @@ def _main():
             emit(name, program_error[0], "program: " + program_error[1])
             continue
         ref = references.get(name)
-        if isinstance(ref, BaseExc):
+        if isinstance(ref, BaseException):
             emit(name, "error", "reference solution failed: %r" % (ref,))
             continue
-        sys.settrace(None)
-        sys.setprofile(None)
-        sys.stdout, sys.stderr = sink_out, sink_err
+        t.settrace(None)
+        t.setprofile(None)
+        t.sys.stdout, t.sys.stderr = sink_out, sink_err
         try:
-            status, detail = _run_suite(suite, program, namespace, ref, arm, disarm, monotonic,
-                                        copy, math, io, json)
-        except BaseExc as e:
+            status, detail = _run_suite(suite, program, namespace, ref, t)
+        except BaseException as e:
             disarm()
-            status, detail = describe(e)
-        sys.stdout, sys.stderr = real_stdout, real_stderr
+            status, detail = _describe(e)
+        t.sys.stdout, t.sys.stderr = real_stdout, real_stderr
         emit(name, status, detail)
 
     for fd, sink in ((1, sink_out), (2, sink_err)):
         try:
-            write(fd, sink.getvalue().encode("utf-8", "replace"))
-        except BaseExc:
+            t.write(fd, sink.getvalue().encode("utf-8", "replace"))
+        except BaseException:
             pass
-    exit_now(0)
+    t.exit_now(0)
+
+
+def _describe(e):
+    if isinstance(e, _Timeout):
+        return "timeout", "time limit exceeded"
+    if isinstance(e, SystemExit):
+        return "failed", "SystemExit(%r) before the tests completed" % (e.code,)
+    try:
+        name, msg = type(e).__name__, str(e)
+    except BaseException:
+        name, msg = "exception", ""
+    return "failed", "%s: %s" % (name, msg) if msg else name
 
 
 def _decode_tagged(obj):
@@ -157,7 +180,7 @@ def _decode_tagged(obj):
     return obj
 
 
-def _apply_limits(resource, limits):
+def _apply_limits(limits):
     names = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE",
              "nproc": "RLIMIT_NPROC", "core": "RLIMIT_CORE", "nofile": "RLIMIT_NOFILE"}
     for key, value in limits.items():
@@ -220,38 +243,43 @@ class _ByteSink:
         pass
 
 
-def _reference_outputs(suite, arm, disarm, copy):
-    namespace = {"__name__": "__reference__"}
+def _reference_outputs(suite, t):
+    namespace = {"__name__": "__reference__", "__builtins__": dict(_PRISTINE)}
     exec(compile(suite["reference"], "<reference>", "exec"), namespace)
     fn = namespace[suite["entry_point"]]
     not_none = suite.get("oracle") == "output_not_none"
     outputs, times = [], []
-    import time
     for inp in suite["inputs"]:
-        args = copy.deepcopy(inp)
-        start = time.perf_counter()
-        arm(float(suite.get("reference_time_limit", 60.0)))
+        args = t.deepcopy(inp)
+        start = t.perf_counter()
+        t.arm(float(suite.get("reference_time_limit", 60.0)))
         out = fn(*args)
-        disarm()
-        times.append(time.perf_counter() - start)
+        t.disarm()
+        times.append(t.perf_counter() - start)
         outputs.append(out is not None if not_none else out)
     return outputs, times
 
 
-def _run_suite(suite, program, namespace, ref, arm, disarm, monotonic, copy, math, io, json):
+def _run_suite(suite, program, namespace, ref, t):
     fmt = suite["format"]
-    limit = float(suite.get("time_limit", 10.0))
+    limit = float(suite.get("time_limit", 30.0))
     if fmt == "assert":
-        arm(limit)
-        exec(compile(suite["code"], "<test>", "exec"), namespace)
-        disarm()
+        # the program's functions and classes, but neither its builtins nor names shadowing them
+        test_ns = {k: v for k, v in namespace.items() if k not in _PRISTINE}
+        entry = suite.get("entry_point")
+        if entry and entry in namespace:  # e.g. MBPP's `sum`: the function under test wins
+            test_ns[entry] = namespace[entry]
+        test_ns.update(__name__="__test__", __builtins__=dict(_PRISTINE))
+        t.arm(limit)
+        exec(compile(suite["code"], "<test>", "exec"), test_ns)
+        t.disarm()
         return "passed", ""
     if fmt == "evalplus":
-        return _run_evalplus(suite, namespace, ref, arm, disarm, monotonic, copy, math)
+        return _run_evalplus(suite, namespace, ref, t)
     if fmt == "functional":
-        return _run_functional(suite, namespace, arm, disarm, monotonic, json, limit)
+        return _run_functional(suite, namespace, t, limit)
     if fmt == "stdin":
-        return _run_stdin(suite, program, arm, disarm, monotonic, io, limit)
+        return _run_stdin(suite, program, t, limit)
     return "error", "unknown suite format %r" % (fmt,)
 
 
@@ -261,28 +289,26 @@ def _floats(x):
     return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(i, float) for i in x)
 
 
-def _allclose(out, exp, atol, math, rtol=1e-07):
+def _allclose(out, exp, atol, rtol=1e-07):
     """``numpy.allclose`` semantics for numbers and (nested) sequences of numbers."""
     if isinstance(exp, (list, tuple)):
         return (isinstance(out, (list, tuple)) and len(out) == len(exp)
-                and all(_allclose(o, e, atol, math, rtol) for o, e in zip(out, exp)))
+                and all(_allclose(o, e, atol, rtol) for o, e in zip(out, exp)))
     numbers = (int, float, complex)
     if not isinstance(out, numbers) or not isinstance(exp, numbers):
         return False
-    if isinstance(out, bool) != isinstance(exp, bool) and (isinstance(out, bool) or isinstance(exp, bool)):
-        return out == exp
     try:
         return abs(out - exp) <= atol + rtol * abs(exp)
     except (OverflowError, TypeError):
         return False
 
 
-def _poly(xs, x, math):
-    return sum(c * math.pow(x, i) for i, c in enumerate(xs))
+def _poly(xs, x, t):
+    return sum(c * t.pow(x, i) for i, c in enumerate(xs))
 
 
-def _surface_area(base_edge, height, math):
-    slant = math.sqrt((base_edge / 2) ** 2 + height ** 2)
+def _surface_area(base_edge, height, t):
+    slant = t.sqrt((base_edge / 2) ** 2 + height ** 2)
     return round(base_edge ** 2 + 4 * (base_edge * slant) / 2)
 
 
@@ -292,19 +318,19 @@ def _digit_distance(a, b):
     return sum(abs(int(x) - int(y)) for x, y in zip(sa.zfill(n), sb.zfill(n)))
 
 
-def _matches(suite, out, exp, inp, math):
+def _matches(suite, out, exp, inp, t):
     """EvalPlus's comparison, special oracles included (facts from evalplus 0.3)."""
     oracle = suite.get("oracle", "")
     atol = float(suite.get("atol", 0) or 0)
     if oracle == "find_zero":
-        return abs(_poly(inp[0], out, math)) <= atol
+        return abs(_poly(inp[0], out, t)) <= atol
     exact = out == exp
     if oracle == "always_true":
         exact = True
     elif oracle == "or_zero":
         exact = exact or out == 0
     elif oracle == "surface_area":
-        exact = exact or abs(out - _surface_area(*inp, math=math)) <= atol
+        exact = exact or abs(out - _surface_area(inp[0], inp[1], t)) <= atol
     elif oracle == "digit_distance":
         exact = exact or out == _digit_distance(*inp)
     elif oracle == "set_eq":
@@ -314,11 +340,11 @@ def _matches(suite, out, exp, inp, math):
     if atol == 0 and _floats(exp):
         atol = 1e-6
     if not exact and atol != 0:
-        return type(out) == type(exp) and _allclose(out, exp, atol, math)
+        return type(out) == type(exp) and _allclose(out, exp, atol)
     return bool(exact)
 
 
-def _run_evalplus(suite, namespace, ref, arm, disarm, monotonic, copy, math):
+def _run_evalplus(suite, namespace, ref, t):
     expected, ref_times = ref
     fn = namespace.get(suite["entry_point"])
     if not callable(fn):
@@ -327,35 +353,36 @@ def _run_evalplus(suite, namespace, ref, arm, disarm, monotonic, copy, math):
     # EvalPlus bounds a suite by the sum of its per-input limits; we bound it by the larger of the
     # suite limit and factor x the reference's total time (measured here, under the same load).
     budget = max(float(suite.get("time_limit", 30.0)), factor * sum(ref_times) + min_t)
-    deadline = monotonic() + budget
-    import time
-    for i, inp in enumerate(suite["inputs"]):
-        remaining = deadline - monotonic()
+    deadline = t.monotonic() + budget
+    inputs = suite["inputs"]
+    for i, inp in enumerate(inputs):
+        remaining = deadline - t.monotonic()
         if remaining <= 0:
-            return "timeout", "suite time limit at input %d/%d" % (i, len(suite["inputs"]))
-        arm(min(max(min_t, factor * ref_times[i]), remaining))
-        out = fn(*copy.deepcopy(inp))
-        disarm()
-        if not _matches(suite, out, expected[i], inp, math):
-            return "failed", "input %d/%d: wrong output" % (i, len(suite["inputs"]))
-    return "passed", "%d inputs" % len(suite["inputs"])
+            return "timeout", "suite time limit at input %d/%d" % (i, len(inputs))
+        args = t.deepcopy(inp)
+        t.arm(min(max(min_t, factor * ref_times[i]), remaining))
+        out = fn(*args)
+        t.disarm()
+        if not _matches(suite, out, expected[i], inp, t):
+            return "failed", "input %d/%d: wrong output" % (i, len(inputs))
+    return "passed", "%d inputs" % len(inputs)
 
 
-def _run_functional(suite, namespace, arm, disarm, monotonic, json, limit):
+def _run_functional(suite, namespace, t, limit):
     solution = namespace.get("Solution")
     if solution is None:
         return "failed", "class Solution not defined"
-    deadline = monotonic() + limit
+    deadline = t.monotonic() + limit
     case_limit = float(suite.get("case_time_limit", 6.0))
     for i, case in enumerate(suite["cases"]):
-        args = [json.loads(line) for line in case["input"].split("\n") if line.strip()]
-        expected = json.loads(case["output"])
-        remaining = deadline - monotonic()
+        args = [t.json_loads(line) for line in case["input"].split("\n") if line.strip()]
+        expected = t.json_loads(case["output"])
+        remaining = deadline - t.monotonic()
         if remaining <= 0:
             return "timeout", "suite time limit at case %d" % i
-        arm(min(case_limit, remaining))
+        t.arm(min(case_limit, remaining))
         out = getattr(solution(), suite["entry_point"])(*args)
-        disarm()
+        t.disarm()
         if isinstance(out, tuple):
             out = list(out)
         if out != expected:
@@ -363,9 +390,8 @@ def _run_functional(suite, namespace, arm, disarm, monotonic, json, limit):
     return "passed", "%d cases" % len(suite["cases"])
 
 
-def _same_output(got, want):
+def _same_output(got, want, t):
     """LiveCodeBench-style: line-wise after stripping; numeric tokens compared as decimals."""
-    from decimal import Decimal, InvalidOperation
     g = [line.strip() for line in got.strip().splitlines()]
     w = [line.strip() for line in want.strip().splitlines()]
     if g == w:
@@ -382,43 +408,43 @@ def _same_output(got, want):
             if a == b:
                 continue
             try:
-                if Decimal(a) != Decimal(b):
+                if t.Decimal(a) != t.Decimal(b):
                     return False
-            except (InvalidOperation, ValueError):
+            except (t.InvalidOperation, ValueError):
                 return False
     return True
 
 
-def _run_stdin(suite, program, arm, disarm, monotonic, io, limit):
+def _run_stdin(suite, program, t, limit):
     code = compile(program, "<program>", "exec")
-    deadline = monotonic() + limit
+    deadline = t.monotonic() + limit
     case_limit = float(suite.get("case_time_limit", 6.0))
-    real_stdin, real_stdout = sys.stdin, sys.stdout
+    real_stdin, real_stdout = t.sys.stdin, t.sys.stdout
     for i, case in enumerate(suite["cases"]):
-        remaining = deadline - monotonic()
+        remaining = deadline - t.monotonic()
         if remaining <= 0:
             return "timeout", "suite time limit at case %d" % i
-        path = os.path.abspath(".case-input")
+        path = t.abspath(".case-input")
         with open(path, "w", encoding="utf-8") as f:
             f.write(case["input"])
-        fd = os.open(path, os.O_RDONLY)
+        fd = t.open_fd(path, t.O_RDONLY)
         if fd != 0:  # fd 0 is free when the program closed it (e.g. via open(0))
-            os.dup2(fd, 0)
-            os.close(fd)
+            t.dup2(fd, 0)
+            t.close(fd)
         sink = _Sink(int(suite.get("case_output_cap", 1 << 24)))
-        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, closefd=False)), encoding="utf-8")
-        sys.stdout = sink
+        t.sys.stdin = t.TextIOWrapper(t.BufferedReader(t.FileIO(0, closefd=False)), encoding="utf-8")
+        t.sys.stdout = sink
         try:
-            arm(min(case_limit, remaining))
-            exec(code, {"__name__": "__main__"})
+            t.arm(min(case_limit, remaining))
+            exec(code, {"__name__": "__main__", "__builtins__": _builtins_module})
         except SystemExit as e:
             if e.code not in (None, 0):
-                disarm()
+                t.disarm()
                 return "failed", "case %d: exit status %r" % (i, e.code)
         finally:
-            disarm()
-            sys.stdin, sys.stdout = real_stdin, real_stdout
-        if sink.overflowed or not _same_output(sink.getvalue(), case["output"]):
+            t.disarm()
+            t.sys.stdin, t.sys.stdout = real_stdin, real_stdout
+        if sink.overflowed or not _same_output(sink.getvalue(), case["output"], t):
             return "failed", "case %d: wrong output" % i
     return "passed", "%d cases" % len(suite["cases"])
 
