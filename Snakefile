@@ -42,6 +42,7 @@ CAMPAIGN = Campaign(config, os.path.join(workflow.basedir, SCHEMA), source=CONFI
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/backbones.smk"
+include: "workflow/rules/svd.smk"
 include: "workflow/rules/tasks.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/score.smk"

@@ -33,7 +33,8 @@ TEMPLATE_FIELD = re.compile(r"\{([^{}]*)\}")
 # dlmpipe.methods (tests/test_config.py checks).
 CACHE_LOGIT_ROWS = {"none": "all_rows", "archer": "all_rows",
                     "fast_dllm_prefix": "block_rows", "fast_dllm_dual": "block_rows",
-                    "dkv_decode": "masked_rows", "dkv_greedy": "masked_rows"}
+                    "dkv_decode": "masked_rows", "dkv_greedy": "masked_rows",
+                    "spa": "all_rows", "dllm_cache": "all_rows"}
 SAMPLER_LOGIT_ROWS = {"llada_confidence": "masked_rows", "saber": "all_rows",
                       "threshold": "masked_rows", "factor": "masked_rows",
                       "random_order": "masked_rows"}
@@ -239,6 +240,13 @@ def pairing_problem(method: dict) -> str | None:
     return None
 
 
+def needs_proxies(method: dict) -> bool:
+    """Whether the method reads its backbone's singular proxies (``backbones/{b}/proxies.safetensors``,
+    written by the svd rule): SPA-Cache with the singular identifier."""
+    cache = method["cache"]
+    return cache["name"] == "spa" and cache.get("identifier", "singular") == "singular"
+
+
 def block_problem(method: dict, gen_length: int) -> str | None:
     """LLaDA's block schedule: blocks tile the response, steps split evenly over blocks."""
     s = method["sampler"]
@@ -333,6 +341,10 @@ class Campaign:
     def task_options(self, task: str) -> dict:
         """Loader options (everything but gen_length, which only generation reads)."""
         return {k: v for k, v in self.config["tasks"][task].items() if k != "gen_length"}
+
+    def needs_proxies(self, name: str) -> bool:
+        """The method's generate jobs read the backbone's proxies file (svd rule)."""
+        return needs_proxies(self.methods[name])
 
     def method(self, name: str, task: str) -> dict:
         """The concrete method a generate job decodes with: name, sampler, cache, gen_length."""

@@ -33,7 +33,14 @@ def _generate(a: argparse.Namespace) -> None:
 
     run_generation_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
                        out=a.out, provenance=a.provenance, seed=a.seed, device=a.device,
-                       config_hash=a.config_hash, shard=a.shard, warmup=not a.no_warmup)
+                       config_hash=a.config_hash, shard=a.shard, warmup=not a.no_warmup,
+                       proxies=a.proxies or None)
+
+
+def _svd(a: argparse.Namespace) -> None:
+    from .engine.proxies import write_proxies
+
+    write_proxies(a.manifest, a.out)
 
 
 def _score(a: argparse.Namespace) -> None:
@@ -96,7 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config-hash", default="")
     s.add_argument("--shard", default="0/1", help="i/n: this job decodes samples i, i+n, ...")
     s.add_argument("--no-warmup", action="store_true")
+    s.add_argument("--proxies", default="", help="the backbone's proxies.safetensors (SPA-Cache's "
+                   "singular identifier); empty: none")
     s.set_defaults(func=_generate)
+
+    s = sub.add_parser("svd", help="float32 thin SVD of every layer's value projection -> proxies.safetensors")
+    s.add_argument("--manifest", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=_svd)
 
     s = sub.add_parser("score", help="score generations (code in the sandbox, answers by match)")
     s.add_argument("--generations", required=True)

@@ -184,7 +184,7 @@ def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict,
 
 def run_generation_job(manifest: str, task_file: str, method: dict, out: str, provenance: str,
                        seed: int = 0, device: str = "auto", config_hash: str = "",
-                       shard: str = "0/1", warmup: bool = True) -> None:
+                       shard: str = "0/1", warmup: bool = True, proxies: str | None = None) -> None:
     from tqdm import tqdm
 
     from .backbones.loading import load_backbone
@@ -206,7 +206,12 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     if todo:
         loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
         model, tok = loaded.model, loaded.tokenizer
-        sampler, cache = build_method(method, model)
+        built = method
+        if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
+            from .engine.proxies import load_proxies
+            built = {**method, "cache": {**method["cache"],
+                                         "proxies": load_proxies(proxies, man.get("fingerprint"))}}
+        sampler, cache = build_method(built, model)
         stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
         params = json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
 

@@ -9,8 +9,10 @@ from .backbones.model import Backbone
 from .engine.archer import ArcherCache
 from .engine.base import Cache
 from .engine.dkv import DKVDecodeCache, DKVGreedyCache
+from .engine.dllm_cache import DLLMCache
 from .engine.fast_dllm import FastDLLMDualCache, FastDLLMPrefixCache
 from .engine.full import FullRecompute
+from .engine.spa import SPACache
 from .samplers.base import Sampler
 from .samplers.llada_confidence import LLaDAConfidence
 from .samplers.parallel import FactorSampler, ThresholdSampler
@@ -23,7 +25,8 @@ SAMPLERS: dict[str, type[Sampler]] = {"llada_confidence": LLaDAConfidence, "sabe
 CACHES: dict[str, type[Cache]] = {"none": FullRecompute, "archer": ArcherCache,
                                   "fast_dllm_prefix": FastDLLMPrefixCache,
                                   "fast_dllm_dual": FastDLLMDualCache,
-                                  "dkv_decode": DKVDecodeCache, "dkv_greedy": DKVGreedyCache}
+                                  "dkv_decode": DKVDecodeCache, "dkv_greedy": DKVGreedyCache,
+                                  "spa": SPACache, "dllm_cache": DLLMCache}
 
 
 def _split(spec: dict) -> tuple[str, dict]:

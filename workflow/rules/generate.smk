@@ -6,6 +6,7 @@ rule generate:
     input:
         manifest=f"{R}/backbones/{{backbone}}/manifest.json",
         task=f"{R}/tasks/{{task}}.parquet",
+        proxies=proxies_input,  # SPA-Cache's singular proxies (svd.smk); empty for other methods
     output:
         generations=f"{R}/generations/{{backbone}}/{{task}}/{{method}}.parquet",
         provenance=f"{R}/generations/{{backbone}}/{{task}}/{{method}}.provenance.json",
@@ -28,4 +29,4 @@ rule generate:
         "python -m dlmpipe generate --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
         " --config-hash {params.config_hash} --out {output.generations}"
-        " --provenance {output.provenance} > {log} 2>&1"
+        " --provenance {output.provenance} --proxies={input.proxies:q} > {log} 2>&1"
