@@ -330,6 +330,9 @@ def _execute(iso, limits, cpu_s, wall, payload, env, popen_kwargs):
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     pass_fds=(sig_w,), start_new_session=True, env=env,
                                     **popen_kwargs)
+        except (OSError, subprocess.SubprocessError) as e:  # e.g. EAGAIN: uid's process budget
+            os.close(sig_r)
+            return None, False, "", f"could not start the sandbox: {e}", "", 0.0
         finally:
             os.close(sig_w)
     streams = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(),
