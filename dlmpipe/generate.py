@@ -77,7 +77,7 @@ def encode_prompt(loaded, row: dict, chat: bool) -> list[int]:
     if chat:
         return loaded.chat_prompt(ChatPrompt(user=row["prompt"],
                                              response_prefix=row.get("response_prefix") or ""))
-    return loaded.encode(row["prompt"])
+    return loaded.encode(row["prompt"] + (row.get("response_prefix") or ""))
 
 
 def resolve_device(device: str) -> torch.device:
