@@ -1,0 +1,193 @@
+"""Threshold/factor parallel decoding and random fixed-order decoding (METHODS.md §1.2, §2.6)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dlmpipe.engine.full import FullRecompute
+from dlmpipe.generate import decode
+from dlmpipe.samplers.parallel import (FactorSampler, ThresholdSampler, factor_accepts,
+                                       threshold_accepts)
+from dlmpipe.samplers.random_order import RandomOrder
+from tests.tiny_models import random_prompt, tiny_backbone
+
+V, MASK, P = 12, 11, 3
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: extra threads cost more than they save (and oversubscribe a shared box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def logits_for(tokens: list[int], probs: list[float]) -> torch.Tensor:
+    """Rows whose softmax gives ``probs[i]`` to ``tokens[i]`` (the rest spread evenly)."""
+    rows = []
+    for t, p in zip(tokens, probs):
+        row = torch.full((V,), math.log((1 - p) / (V - 1)), dtype=torch.float64)
+        row[t] = math.log(p)
+        rows.append(row)
+    return torch.stack(rows).float()
+
+
+def start(sampler, gen_len):
+    x = torch.cat([torch.tensor([1, 2, 3]), torch.full((gen_len,), MASK)])
+    sampler.begin(P, gen_len, MASK)
+    return x
+
+
+def c(*values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+# ---- the acceptance rules on hand-built confidences ------------------------------------------
+def test_factor_rule_on_hand_built_confidences():
+    # f = 1: thresholds 1 - 1/(i+1) for i = 2, 3, 4, 5: 0.667, 0.75, 0.8, 0.833
+    assert factor_accepts(c(0.99, 0.9, 0.8, 0.79), 1.0) == 3    # 0.79 < 0.8 stops at n = 3
+    assert factor_accepts(c(0.99, 0.9, 0.8, 0.8, 0.84), 1.0) == 5
+    assert factor_accepts(c(0.3, 0.2, 0.1), 1.0) == 1            # the first always
+    # f = 3: thresholds 1 - 3/3 = 0 (i = 2), 1 - 3/4 = 0.25 (i = 3), 0.4 (i = 4)
+    assert factor_accepts(c(0.3, 0.2, 0.1), 3.0) == 2            # 0.1 < 0.25
+    assert factor_accepts(c(0.5, 0.26, 0.25, 0.39), 3.0) == 3    # >= counts; 0.39 < 0.4
+    assert factor_accepts(c(0.5), 0.1) == 1
+    assert factor_accepts(c(), 1.0) == 0
+
+
+def test_threshold_rule_on_hand_built_confidences():
+    assert threshold_accepts(c(0.95, 0.92, 0.9, 0.3), 0.9) == 3  # >= tau counts
+    assert threshold_accepts(c(0.5, 0.4), 0.9) == 1               # the most confident always
+    assert threshold_accepts(c(0.999, 0.999), 1.0) == 1
+    assert threshold_accepts(c(), 0.9) == 0
+
+
+def test_threshold_step_accepts_the_confident_candidates_of_the_block_only():
+    s = ThresholdSampler(tau=0.9, block_length=4)
+    x = start(s, 8)
+    probs = [0.95, 0.3, 0.92, 0.5, 0.99, 0.99, 0.99, 0.99]  # right of the block: ignored
+    s.step(x, logits_for([4, 5, 6, 7, 8, 8, 8, 8], probs))
+    assert x[P:].tolist() == [4, MASK, 6, MASK] + [MASK] * 4
+    s.step(x, logits_for([4, 5, 6, 7, 8, 8, 8, 8], [0.1, 0.3, 0.1, 0.5, 0.99, 0.99, 0.99, 0.99]))
+    assert x[P:].tolist() == [4, MASK, 6, 7] + [MASK] * 4       # below tau: the most confident
+    assert s.block == (0, 4) and s.stats()["accepted_per_step"] == [2, 1]
+
+
+def test_factor_step_accepts_the_largest_valid_prefix():
+    s = FactorSampler(f=1.0, block_length=6)
+    x = start(s, 6)
+    s.step(x, logits_for([2, 3, 4, 5, 6, 7], [0.8, 0.99, 0.2, 0.9, 0.79, 0.95]))
+    # sorted 0.99 (1), 0.95 (5), 0.9 (3), 0.8 (0), 0.79 (4): thresholds 0.667, 0.75, 0.8, 0.833
+    assert x[P:].tolist() == [2, 3, MASK, 5, MASK, 7]
+
+
+def test_threshold_one_accepts_exactly_one_token_per_step():
+    s = ThresholdSampler(tau=1.0, block_length=4)
+    x = start(s, 8)
+    while not s.done:
+        s.step(x, logits_for([5] * 8, [0.999] * 8))
+    assert s.stats()["steps"] == 8 and s.stats()["accepted_per_step"] == [1] * 8
+    model = tiny_backbone("llada", seed=1)
+    r = decode(model, ThresholdSampler(tau=1.0, block_length=8), FullRecompute(model),
+               random_prompt(9, 1), 16)
+    assert r.stats["steps"] == r.stats["nfe"] == 16
+    assert r.stats["accepted_per_step"] == [1] * 16
+
+
+def test_the_mask_token_is_never_decoded():
+    s = ThresholdSampler(tau=0.0, block_length=4)  # tau 0: every candidate accepted
+    x = start(s, 4)
+    s.step(x, logits_for([MASK, MASK, 3, MASK], [0.9, 0.9, 0.9, 0.9]))  # MASK the argmax
+    assert s.done and MASK not in x[P:].tolist()
+
+
+# ---- a block never ends with masks left ---------------------------------------------------------
+class BlockWatch(FullRecompute):
+    """Full recompute that checks, at every block change, that the left block has no masks."""
+
+    def begin(self, x, prompt_len):
+        super().begin(x, prompt_len)
+        self.last_block, self.blocks = None, []
+
+    def response_logits(self, x, block):
+        if block != self.last_block:
+            if self.last_block is not None:
+                lo, hi = self.last_block
+                assert (x[self.prompt_len + lo:self.prompt_len + hi] != self.model.cfg.mask_id).all()
+            self.last_block = block
+            self.blocks.append(block)
+        return super().response_logits(x, block)
+
+
+@pytest.mark.parametrize("sampler", [
+    ThresholdSampler(tau=0.9, block_length=4), ThresholdSampler(tau=0.0, block_length=8),
+    ThresholdSampler(tau=1.0, block_length=8, max_steps_per_block=3),
+    FactorSampler(f=1.0, block_length=4), FactorSampler(f=0.2, block_length=16, max_steps_per_block=1),
+    RandomOrder(block_length=4), RandomOrder(block_length=8, steps=4)],
+    ids=["thr0.9", "thr0", "thr1-cap3", "fac1", "fac0.2-cap1", "random", "random-2perblock"])
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_a_block_never_ends_with_masks_left(sampler, family):
+    model = tiny_backbone(family, seed=2)
+    cache = BlockWatch(model)
+    r = decode(model, sampler, cache, random_prompt(7, 2), 16, torch.Generator().manual_seed(0))
+    assert (r.response != model.cfg.mask_id).all()
+    length = sampler.block_length
+    assert cache.blocks == [(lo, lo + length) for lo in range(0, 16, length)]
+    if getattr(sampler, "max_steps_per_block", None):
+        assert r.stats["steps"] <= sampler.max_steps_per_block * (16 // length)
+
+
+def test_step_cap_accepts_every_remaining_candidate():
+    s = ThresholdSampler(tau=1.0, block_length=4, max_steps_per_block=2)
+    x = start(s, 8)
+    while not s.done:
+        s.step(x, logits_for([5] * 8, [0.5] * 8))
+    assert s.stats()["accepted_per_step"] == [1, 3, 1, 3]
+
+
+def test_parallel_samplers_reject_bad_parameters():
+    with pytest.raises(ValueError, match="tau"):
+        ThresholdSampler(tau=1.5)
+    with pytest.raises(ValueError, match="f must be"):
+        FactorSampler(f=0)
+    with pytest.raises(ValueError, match="max_steps_per_block"):
+        ThresholdSampler(max_steps_per_block=0)
+    with pytest.raises(ValueError, match="not a multiple"):
+        ThresholdSampler(block_length=5).begin(P, 16, MASK)
+
+
+# ---- random fixed order -----------------------------------------------------------------------
+def test_random_order_is_fixed_at_block_start_seeded_and_announced():
+    def orders(seed):
+        s = RandomOrder(block_length=4, steps=4)  # 2 steps per block, 2 tokens each
+        x = start(s, 8)
+        s.begin(P, 8, MASK, torch.Generator().manual_seed(seed))
+        seen = []
+        while not s.done:
+            due = s.due_positions().tolist()
+            assert s.due_positions().tolist() == due  # asking twice draws nothing new
+            before = x[P:].clone()
+            s.step(x, logits_for([7] * 8, [0.9] * 8))
+            assert (x[P:] != before).nonzero()[:, 0].tolist() == sorted(due)
+            seen.append(due)
+        return seen
+
+    a, b = orders(0), orders(0)
+    assert a == b
+    assert sorted(a[0] + a[1]) == [0, 1, 2, 3] and sorted(a[2] + a[3]) == [4, 5, 6, 7]
+    assert any(orders(s) != a for s in range(1, 6))
+    assert all(len(d) == 2 for d in a)
+
+
+def test_temperature_sampling_is_reproducible_with_the_seed():
+    model = tiny_backbone("dream", seed=3)
+    prompt = random_prompt(6, 3)
+
+    def run(seed):
+        return decode(model, ThresholdSampler(tau=0.5, block_length=8, temperature=1.0),
+                      FullRecompute(model), prompt, 16, torch.Generator().manual_seed(seed)).response
+
+    assert torch.equal(run(5), run(5))
