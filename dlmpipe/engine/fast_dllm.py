@@ -11,8 +11,8 @@ block is one full forward that stores every layer's K/V. The later steps of the 
 For logit-shifted families (Dream) the row before the block is computed too, since it predicts
 the block's first position. ``refresh_interval`` (optional) adds a full forward every that many
 steps inside a block; 1 is the degenerate setting (every step full) used by the exactness
-tests. How long a block lasts is the sampler's decision (every block is looped until it has no
-masks); the cache never counts steps per block.
+tests. How long a block lasts is the sampler's decision (the parallel samplers loop each block
+until it has no masks); the cache never ends a block.
 
 Only the current block's rows are served (``serves_all_rows = False``; other rows hold NaN), so
 a rollback sampler is refused at config time.
