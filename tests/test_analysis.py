@@ -135,3 +135,15 @@ def test_speedups_also_against_a_second_reference():
     assert table.loc["archer-k8", "speedup"] == 4.0
     assert table.loc["archer-k8", "speedup_vs_saber"] == 2.0
     assert table.loc["saber", "speedup_vs_saber"] == 1.0
+
+
+def test_quality_on_extended_tests_when_scores_have_them():
+    import pandas as pd
+
+    from dlmpipe.analysis.summary import summary_table
+
+    rows = [{"backbone": "b", "task": "humaneval_plus", "method": "m", "sample_index": i,
+             "score": 1.0, "plus_passed": i == 0, "time_s": 1.0, "nfe": 4, "steps": 4,
+             "refreshes": 0, "cached_forwards": 0, "revisions": 0} for i in range(4)]
+    table = summary_table(pd.DataFrame(rows), "m")
+    assert table.loc[0, "quality"] == 1.0 and table.loc[0, "quality_plus"] == 0.25

@@ -16,6 +16,7 @@ KEYS = ["backbone", "task", "method"]
 SUMMARY_COLUMNS = KEYS + ["quality", "n", "mean_time_s", "mean_nfe", "mean_steps",
                           "mean_refreshes", "cached_fraction", "mean_revisions", "speedup",
                           "reference", "pareto"]
+OPTIONAL = ["plus_passed"]  # extended (EvalPlus "+", ET) tests, where the task has them
 NEEDED = KEYS + ["sample_index", "score", "time_s", "nfe", "steps", "refreshes",
                  "cached_forwards", "revisions"]
 
@@ -27,7 +28,7 @@ def read_scores(paths: list[str | Path]) -> pd.DataFrame:
         missing = [c for c in NEEDED if c not in df.columns]
         if missing:
             raise ValueError(f"{p}: scores table lacks column(s) {', '.join(missing)}")
-        frames.append(df[NEEDED])
+        frames.append(df[NEEDED + [c for c in OPTIONAL if c in df.columns]])
     if not frames:
         raise ValueError("no scores files given")
     scores = pd.concat(frames, ignore_index=True)
@@ -54,6 +55,9 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
         "cached_fraction": g["cached_forwards"].sum() / g["nfe"].sum().where(lambda s: s > 0),
         "mean_revisions": g["revisions"].mean(),
     }).reset_index()
+    if "plus_passed" in scores.columns:  # quality on the extended tests (HumanEval+, MBPP+, ET)
+        plus = scores.assign(plus=scores["plus_passed"].astype("float")).groupby(KEYS, sort=False)["plus"].mean()
+        table = table.merge(plus.rename("quality_plus").reset_index(), on=KEYS, how="left")
     ref = table.loc[table["method"] == reference, ["backbone", "task", "mean_time_s"]]
     lacking = (table[["backbone", "task"]].drop_duplicates()
                .merge(ref, on=["backbone", "task"], how="left"))
@@ -66,7 +70,7 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
                         on=["backbone", "task"])
     table["speedup"] = table["reference_time_s"] / table["mean_time_s"]
     table["reference"] = reference
-    extra = []
+    extra = ["quality_plus"] if "quality_plus" in table.columns else []
     for other in also_against:
         col = f"speedup_vs_{other}"
         times = table.loc[table["method"] == other, ["backbone", "task", "mean_time_s"]]
