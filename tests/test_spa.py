@@ -325,3 +325,21 @@ def test_svd_rule_runs_once_per_backbone_and_not_for_spa_parameter_changes(tmp_p
     spa_only = {("generate", "spa"), ("score", "spa"), ("summarize", None), ("plot", None)}
     assert results["rank"] == results["budget"] == spa_only
     assert ("svd", None) in results["backbone"] and ("generate", "spa-value") in results["backbone"]
+
+
+def test_summary_reports_the_mean_recompute_fraction():
+    import json
+
+    import pandas as pd
+
+    from dlmpipe.analysis.summary import summary_table
+
+    def rows(method, fractions):
+        return [{"backbone": "toy", "task": "t", "method": method, "sample_index": i, "score": 1.0,
+                 "time_s": 1.0, "nfe": 4, "steps": 4, "refreshes": 0, "cached_forwards": 3, "revisions": 0,
+                 "stats": json.dumps({"nfe": 4} if f is None else {"recompute_fraction": f})}
+                for i, f in enumerate(fractions)]
+
+    table = summary_table(pd.DataFrame(rows("ref", [None, None]) + rows("spa", [0.25, 0.5])), "ref")
+    got = dict(zip(table["method"], table["mean_recompute_fraction"]))
+    assert got["spa"] == pytest.approx(0.375) and math.isnan(got["ref"])

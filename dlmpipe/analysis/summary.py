@@ -5,6 +5,8 @@ papers' convention); the Pareto flag is computed within each (backbone, task).
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 from pathlib import Path
 
@@ -14,11 +16,22 @@ from .pareto import pareto_mask
 
 KEYS = ["backbone", "task", "method"]
 SUMMARY_COLUMNS = KEYS + ["quality", "n", "mean_time_s", "mean_nfe", "mean_steps",
-                          "mean_refreshes", "cached_fraction", "mean_revisions", "speedup",
+                          "mean_refreshes", "cached_fraction", "mean_recompute_fraction",
+                          "mean_revisions", "speedup",
                           "reference", "pareto"]
-OPTIONAL = ["plus_passed"]  # extended (EvalPlus "+", ET) tests, where the task has them
+OPTIONAL = ["plus_passed",  # extended (EvalPlus "+", ET) tests, where the task has them
+            "stats"]  # per-sample statistics (JSON): mean_recompute_fraction reads them
 NEEDED = KEYS + ["sample_index", "score", "time_s", "nfe", "steps", "refreshes",
                  "cached_forwards", "revisions"]
+
+
+def recompute_fraction(stats) -> float:
+    """A sample's mean fraction of response rows recomputed per layer (``recompute_fraction``,
+    recorded by the selective caches, SPA-Cache and dLLM-Cache); NaN where not recorded."""
+    if not isinstance(stats, str) or not stats:
+        return math.nan
+    value = json.loads(stats).get("recompute_fraction")
+    return math.nan if value is None else float(value)
 
 
 def read_scores(paths: list[str | Path]) -> pd.DataFrame:
@@ -44,6 +57,8 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
 
     ``also_against`` adds ``speedup_vs_<method>`` columns (empty where that method is absent).
     """
+    scores = scores.assign(recompute_fraction=scores["stats"].map(recompute_fraction)
+                           if "stats" in scores.columns else math.nan)
     g = scores.groupby(KEYS, sort=False)
     table = pd.DataFrame({
         "quality": g["score"].mean(),
@@ -53,6 +68,7 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
         "mean_steps": g["steps"].mean(),
         "mean_refreshes": g["refreshes"].mean(),
         "cached_fraction": g["cached_forwards"].sum() / g["nfe"].sum().where(lambda s: s > 0),
+        "mean_recompute_fraction": g["recompute_fraction"].mean(),
         "mean_revisions": g["revisions"].mean(),
     }).reset_index()
     if "plus_passed" in scores.columns:  # quality on the extended tests (HumanEval+, MBPP+, ET)
