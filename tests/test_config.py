@@ -115,7 +115,9 @@ def test_default_campaign_expands_readable_names():
     assert list(c.methods) == ["llada-confidence", "saber", "archer-k1", "archer-k2", "archer-k4",
                                "archer-k8", "archer-kinf", "fast-dllm-prefix", "fast-dllm-dual",
                                "fast-dllm-parallel", "fast-dllm-dual-parallel", "dkv-decode",
-                               "dkv-greedy"]
+                               "dkv-greedy", "spa-r32-adaptive", "spa-r128-adaptive",
+                               "spa-r128-uniform", "spa-r128-adaptive-p0.5",
+                               "spa-r128-adaptive-parallel", "dllm-cache-kp50-kr7"]
     assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
     assert c.method("archer-k8", "toy_code") == {**c.methods["archer-k8"], "gen_length": 16}
     assert "gen_length" not in c.task_options("toy_code")

@@ -42,9 +42,12 @@ def scheduled(stdout: str) -> set[tuple]:
 
 def expected_counts(campaign: Campaign) -> dict[str, int]:
     b, t, m = len(campaign.backbones), len(campaign.tasks), len(campaign.methods)
-    return {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
-            "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
-            "plot": 1, "all": 1}
+    counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
+              "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
+              "plot": 1, "all": 1}
+    if any(map(campaign.needs_proxies, campaign.methods)):
+        counts["svd"] = b  # one SVD per backbone that an SPA method (singular proxy) decodes
+    return counts
 
 
 def decoding_jobs(backbones, tasks, methods) -> set[tuple]:
