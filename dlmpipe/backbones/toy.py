@@ -141,7 +141,7 @@ def _masked_forward(model: Backbone, ids: torch.Tensor, key_mask: torch.Tensor) 
 
 def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 1500, batch_size: int = 64,
               d_model: int = 128, n_layers: int = 4, n_heads: int = 4, mlp_hidden: int = 384,
-              gen_length: int = 16, lr: float = 2e-3, threads: int = 2,
+              gen_length: int = 16, lr: float = 2e-3, threads: int = 2, pretrain_fraction: float = 0.0,
               tasks: tuple[str, ...] = ("toy_code", "toy_arith"), log=print) -> dict:
     """Train and save the toy backbone; returns training statistics."""
     out_dir = Path(out_dir)
@@ -170,12 +170,15 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 1500, batch_size:
     for step in (bar := tqdm(range(steps), desc="train toy backbone", mininterval=5)):
         ids, key_mask, plen = _batch(rng, tok, list(tasks), batch_size, gen_length, eos)
         t = 0.05 + 0.95 * torch.rand(batch_size, 1)  # mask ratio; bounded away from 0 so 1/t stays tame
-        masked = torch.zeros_like(ids, dtype=torch.bool)
-        masked[:, plen:] = torch.rand(batch_size, gen_length) < t
+        # SFT-style rows mask only the response; pretraining-style rows mask the whole text,
+        # which supervises every position and teaches the copy/lookup circuits much sooner
+        masked = (torch.rand(ids.shape) < t) & key_mask
+        sft = torch.rand(batch_size, 1) >= pretrain_fraction
+        masked[:, :plen] &= ~sft
         noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
         logits = _masked_forward(model, noisy, key_mask)
         ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
-        loss = (ce / t.expand_as(ids)[masked]).sum() / (batch_size * gen_length)
+        loss = (ce / t.expand_as(ids)[masked]).sum() / key_mask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

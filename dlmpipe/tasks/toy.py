@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import random
 
-FUNCTION_NAMES = ["f", "g", "h", "calc", "step", "scale", "shift", "apply"]
-VARIABLES = list("abcdefghjkmnpqrstuvwxyz")
+# Fixed-width templates keep every answer-relevant character at a fixed offset from the
+# response, so a model of ~1M parameters learns the tasks in a few CPU minutes; the long
+# example/fact lines still make prompts ~5x longer than answers.
+FUNCTION_NAMES = ["f", "g", "h", "k", "m", "p"]
+VARIABLES = list("abcdefg")
 
 
 def _spec(rng: random.Random) -> tuple[str, str]:
@@ -35,8 +38,8 @@ def toy_code_example(rng: random.Random) -> dict:
     spec, expr = _spec(rng)
     x0 = rng.randint(1, 9)
     y0 = eval(expr, {"x": x0})  # noqa: S307 - our own arithmetic template
-    prompt = (f"# Write {name}(x): it {spec}.\n"
-              f"# Example: {name}({x0}) == {y0}\n"
+    prompt = (f"# Example: {name}({x0}) == {y0}\n"
+              f"# Write {name}(x): it {spec}.\n"
               f"def {name}(x):\n    return ")
     xs = [rng.randint(-20, 20) for _ in range(4)] + [0, 11]
     test = "\n".join(f"assert {name}({x}) == {eval(expr, {'x': x})}" for x in xs)  # noqa: S307
@@ -45,7 +48,7 @@ def toy_code_example(rng: random.Random) -> dict:
 
 
 def toy_arith_example(rng: random.Random) -> dict:
-    names = rng.sample(VARIABLES, 7)
+    names = VARIABLES
     values = {n: rng.randint(0, 9) for n in names}
     facts = ", ".join(f"{n}={v}" for n, v in values.items())
     if rng.random() < 0.5:
