@@ -36,8 +36,10 @@ def _run(model, sampler, cache, prompt, seed=0):
 DEGENERATE = [
     ({"name": "llada_confidence"}, {"name": "fast_dllm_prefix", "refresh_interval": 1}),
     ({"name": "llada_confidence"}, {"name": "fast_dllm_dual", "refresh_interval": 1}),
-    ({"name": "threshold", "tau": 0.3, "block_length": None}, {"name": "fast_dllm_prefix", "refresh_interval": 1}),
-    ({"name": "threshold", "tau": 0.3, "block_length": None}, {"name": "fast_dllm_dual", "refresh_interval": 1}),
+    ({"name": "threshold", "tau": 0.3, "block_length": None},
+     {"name": "fast_dllm_prefix", "refresh_interval": 1}),
+    ({"name": "threshold", "tau": 0.3, "block_length": None},
+     {"name": "fast_dllm_dual", "refresh_interval": 1}),
     ({"name": "llada_confidence", "block_length": 8}, {"name": "dkv_decode", "refresh_interval": 1}),
     ({"name": "random_order", "block_length": 8}, {"name": "dkv_greedy", "refresh_interval": 1, "window": 2}),
     ({"name": "factor", "f": 1.0, "block_length": 8}, {"name": "dkv_greedy", "refresh_interval": 1}),
