@@ -43,6 +43,12 @@ def _svd(a: argparse.Namespace) -> None:
     write_proxies(a.manifest, a.out)
 
 
+def _merge_generations(a: argparse.Namespace) -> None:
+    from .shards import merge_shards
+
+    merge_shards(a.shards, a.task_file, a.out, a.provenance, shard_provenance=a.shard_provenance)
+
+
 def _score(a: argparse.Namespace) -> None:
     from .scoring.score import score_generations
 
@@ -101,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--device", default="auto")
     s.add_argument("--config-hash", default="")
-    s.add_argument("--shard", default="0/1", help="i/n: this job decodes samples i, i+n, ...")
+    s.add_argument("--shard", default="0/1", help="i/n: this job decodes the i-th of n contiguous, disjoint "
+                   "sample ranges (dlmpipe.shards.shard_range)")
     s.add_argument("--no-warmup", action="store_true")
     s.add_argument("--proxies", default="", help="the backbone's proxies.safetensors (SPA-Cache's "
                    "singular identifier); empty: none")
@@ -111,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--manifest", required=True)
     s.add_argument("--out", required=True)
     s.set_defaults(func=_svd)
+
+    s = sub.add_parser("merge-generations", help="join a method's generation shards: every sample "
+                       "once, ordered by sample_index; provenance merged; atomic")
+    s.add_argument("--shards", nargs="+", required=True, help="shard files, in shard order (0/n, 1/n, ...)")
+    s.add_argument("--shard-provenance", nargs="+", default=None, help="their provenance files, same order")
+    s.add_argument("--task-file", required=True, help="the task the shards decoded (sample count, task ids)")
+    s.add_argument("--out", required=True)
+    s.add_argument("--provenance", required=True)
+    s.set_defaults(func=_merge_generations)
 
     s = sub.add_parser("score", help="score generations (code in the sandbox, answers by match)")
     s.add_argument("--generations", required=True)

@@ -26,6 +26,7 @@ from torch import Tensor
 from .backbones.model import Backbone
 from .engine.base import Cache
 from .samplers.base import Sampler
+from .shards import shard_range  # noqa: F401  (re-exported: the shard a job decodes)
 
 
 @dataclass
@@ -97,14 +98,6 @@ def sample_seed(seed: int, task_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{task_id}".encode()).digest()[:8], "little") >> 1
 
 
-def shard_range(n: int, shard: str) -> range:
-    """Contiguous sample range of shard ``i/k`` (disjoint, covering 0..n-1)."""
-    i, k = (int(v) for v in shard.split("/"))
-    if not 0 <= i < k:
-        raise ValueError(f"bad shard {shard!r}: need i/k with 0 <= i < k")
-    return range(i * n // k, (i + 1) * n // k)
-
-
 # --------------------------------------------------------------------------------------
 # journal: append-only JSON lines, one per finished sample; survives a killed job
 # --------------------------------------------------------------------------------------
@@ -136,6 +129,11 @@ class Journal:
             except json.JSONDecodeError:
                 break  # a partially written last line from a killed job
             self.rows[row["sample_index"]] = row
+        if self.rows and len(lines) != len(self.rows) + 2:
+            # drop the partial line, or the next append would extend it into an unreadable one
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in [header, *self.rows.values()]))
+            os.replace(tmp, self.path)
 
     def append(self, row: dict) -> None:
         with open(self.path, "a") as f:
@@ -202,6 +200,9 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
                 "backbone": man.get("fingerprint"), "device": device_name(dev)}
     journal = Journal(out_path.with_name(out_path.name + ".journal.jsonl"), identity)
     todo = [i for i in indices if i not in journal.rows]
+    if len(todo) < len(indices):
+        print(f"resuming: {len(indices) - len(todo)} of {len(indices)} samples of shard {shard} "
+              f"already decoded (journal {journal.path.name}); decoding {len(todo)}", flush=True)
 
     if todo:
         loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
@@ -239,5 +240,7 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     final = [journal.rows[i] for i in indices]
     write_parquet_atomic(final, GENERATION_SCHEMA, out_path)
     prov = Path(provenance)
-    prov.write_text(json.dumps(provenance_record(seed, config_hash, man, method, dev), indent=2))
+    prov_tmp = prov.with_name(prov.name + ".tmp")
+    prov_tmp.write_text(json.dumps(provenance_record(seed, config_hash, man, method, dev), indent=2))
+    os.replace(prov_tmp, prov)
     journal.path.unlink(missing_ok=True)

@@ -47,6 +47,10 @@ def expected_counts(campaign: Campaign) -> dict[str, int]:
               "plot": 1, "all": 1}
     if any(map(campaign.needs_proxies, campaign.methods)):
         counts["svd"] = b  # one SVD per backbone that an SPA method (singular proxy) decodes
+    shards = campaign.config["shards"]
+    if shards > 1:  # N generate jobs per method, joined by one merge before scoring
+        counts["generate"] *= shards
+        counts["merge_generations"] = b * t * m
     return counts
 
 

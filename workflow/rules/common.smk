@@ -8,6 +8,11 @@ from pathlib import Path
 
 R = config["results_dir"].rstrip("/")
 RESOURCES = config["resources"]
+# A method's generations, without suffix (.parquet, .provenance.json). With `shards: N` > 1 each
+# generate job writes shard {shard} of N under {method}.shards/ and merge_generations joins them.
+SHARDS = config["shards"]
+GENERATIONS = f"{R}/generations/{{backbone}}/{{task}}/{{method}}"
+GENERATE_OUT = GENERATIONS if SHARDS == 1 else f"{GENERATIONS}.shards/{{shard}}-of-{SHARDS}"
 
 
 def _alternatives(names):
@@ -18,6 +23,7 @@ wildcard_constraints:
     backbone=_alternatives(CAMPAIGN.backbones),
     task=_alternatives(CAMPAIGN.tasks),
     method=_alternatives(CAMPAIGN.methods),
+    shard=r"\d+",
 
 
 def as_json(value):

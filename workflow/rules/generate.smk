@@ -1,4 +1,5 @@
-# Generate: one job per (backbone, task, method) decodes every sample with the model loaded once.
+# Generate: one job per (backbone, task, method) decodes every sample with the model loaded once;
+# with `shards: N` > 1, N jobs decode disjoint sample ranges and merge_generations joins them.
 
 
 rule generate:
@@ -8,8 +9,8 @@ rule generate:
         task=f"{R}/tasks/{{task}}.parquet",
         proxies=proxies_input,  # SPA-Cache's singular proxies (svd.smk); empty for other methods
     output:
-        generations=f"{R}/generations/{{backbone}}/{{task}}/{{method}}.parquet",
-        provenance=f"{R}/generations/{{backbone}}/{{task}}/{{method}}.provenance.json",
+        generations=f"{GENERATE_OUT}.parquet",
+        provenance=f"{GENERATE_OUT}.provenance.json",
     params:
         method=lambda w: as_json(generate_params(w)["method"]),
         seed=config["seed"],
@@ -19,14 +20,41 @@ rule generate:
     resources:
         gpu=generate_gpus(),
         mem_mb=RESOURCES["generate"]["mem_mb"],
-        runtime=RESOURCES["generate"]["runtime"],
-        **({"gpu_model": RESOURCES["generate"]["gpu_model"]} if RESOURCES["generate"]["gpu_model"] else {}),
+        # a retry (--retries) resumes from the journal, with more time in case time ran out
+        runtime=lambda w, attempt: RESOURCES["generate"]["runtime"] * attempt,
+        **({"gpu_model": RESOURCES["generate"]["gpu_model"]}
+           if RESOURCES["generate"]["gpu_model"] and generate_gpus() else {}),
     log:
-        f"{R}/logs/generate/{{backbone}}/{{task}}/{{method}}.log",
+        f"{R}/logs/generate/{{backbone}}/{{task}}/{{method}}"
+        + ("" if SHARDS == 1 else f".shard{{shard}}-of-{SHARDS}") + ".log",
     conda:
         "../../envs/generate.yaml"
     shell:
         "python -m dlmpipe generate --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
         " --config-hash {params.config_hash} --out {output.generations}"
-        " --provenance {output.provenance} --proxies={input.proxies:q} > {log} 2>&1"
+        " --provenance {output.provenance} --proxies={input.proxies:q}"
+        + ("" if SHARDS == 1 else f" --shard {{wildcards.shard}}/{SHARDS}") + " > {log} 2>&1"
+
+
+if SHARDS > 1:
+
+    rule merge_generations:
+        """Join a method's shards: every sample of the task exactly once, in sample order, in the
+        shard that owns it; provenance merged; written atomically. Cheap: runs where Snakemake runs."""
+        input:
+            shards=expand(f"{GENERATE_OUT}.parquet", shard=range(SHARDS), allow_missing=True),
+            provenance=expand(f"{GENERATE_OUT}.provenance.json", shard=range(SHARDS), allow_missing=True),
+            task=f"{R}/tasks/{{task}}.parquet",
+        output:
+            generations=f"{GENERATIONS}.parquet",
+            provenance=f"{GENERATIONS}.provenance.json",
+        localrule: True
+        log:
+            f"{R}/logs/merge_generations/{{backbone}}/{{task}}/{{method}}.log",
+        conda:
+            "../../envs/generate.yaml"
+        shell:
+            "python -m dlmpipe merge-generations --shards {input.shards}"
+            " --shard-provenance {input.provenance} --task-file {input.task}"
+            " --out {output.generations} --provenance {output.provenance} > {log} 2>&1"

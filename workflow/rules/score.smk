@@ -4,7 +4,7 @@
 rule score:
     """Add passed/score/status/detail/isolation to every generations row."""
     input:
-        generations=rules.generate.output.generations,
+        generations=f"{GENERATIONS}.parquet",  # generate's, or merge_generations' with shards
         task=rules.generate.input.task,
     output:
         f"{R}/scores/{{backbone}}/{{task}}/{{method}}.parquet",
