@@ -136,12 +136,16 @@ class SelectiveCache(Cache):
         nr = normed[:, n_prompt:]                # response part [1, R, d]
         keys, values = self.keys[layer], self.values[layer]
         k_rows = self.budgets[layer]
+        selected = value_rows = None
         if dense or k_rows >= self.n_rows:
-            selected = None
+            pass
         elif self.identifier == "attn_output":
             return self._attn_output_layer(layer, h, normed, base, k_rows)
         else:
-            selected = self._select(layer, self._identify(layer, nr), k_rows)
+            ident = self._identify(layer, nr)
+            selected = self._select(layer, ident, k_rows)
+            if self.identifier == "value" and n_prompt == 0:
+                value_rows = ident[None]  # V of every response row: reused by the K/V update
 
         if selected is None:  # every tracked row: the full layer's math, row for row
             pos = self.positions[base:]
@@ -165,7 +169,7 @@ class SelectiveCache(Cache):
         rope = m.rope(self.positions[base + rows])
         hc, nc = h.index_select(1, rows), normed.index_select(1, rows)
         q = m.apply_rope(m.split_heads(blk.q_proj(nc), m.cfg.n_heads), *rope)
-        self._update_kv(blk, layer, normed, nc, rows, rope, base, n_prompt)
+        self._update_kv(blk, layer, normed, nc, rows, rope, base, value_rows)
         a = m.attn_output(layer, m.attend(q, keys, values))
         return self._finish(layer, h, hc, a, selected, n_prompt)
 
@@ -186,9 +190,10 @@ class SelectiveCache(Cache):
         return h
 
     def _update_kv(self, blk, layer: int, normed: Tensor, nc: Tensor, rows: Tensor,
-                   rope: tuple[Tensor, Tensor], base: int, n_prompt: int) -> None:
+                   rope: tuple[Tensor, Tensor], base: int, value_rows: Tensor | None) -> None:
         """Scatter fresh K/V of the computed rows (sparse), or of every tracked row (dense), or
-        V of every tracked row and K of the computed ones (values)."""
+        V of every tracked row and K of the computed ones (values). ``value_rows``: V of every
+        tracked row when the identifier already computed it."""
         m = self.model
         keys, values = self.keys[layer], self.values[layer]
         if self.kv_update == "dense":
@@ -200,11 +205,9 @@ class SelectiveCache(Cache):
                              m.apply_rope(m.split_heads(blk.k_proj(nc), m.cfg.n_kv_heads), *rope))
         if self.kv_update == "sparse":
             values.index_copy_(2, base + rows, m.split_heads(blk.v_proj(nc), m.cfg.n_kv_heads))
-        elif self._value_rows is not None and n_prompt == 0:
-            values[:, :, base:] = m.split_heads(self._value_rows, m.cfg.n_kv_heads)
         else:
-            values[:, :, base:] = m.split_heads(blk.v_proj(normed), m.cfg.n_kv_heads)
-        self._value_rows = None
+            v = value_rows if value_rows is not None else blk.v_proj(normed)
+            values[:, :, base:] = m.split_heads(v, m.cfg.n_kv_heads)
 
     def _attn_output_layer(self, layer: int, h: Tensor, normed: Tensor, base: int, k_rows: int) -> Tensor:
         """Attention-output identifier: attention must run for every tracked row before the
@@ -233,14 +236,12 @@ class SelectiveCache(Cache):
     def _identify(self, layer: int, nr: Tensor, v: Tensor | None = None) -> Tensor:
         """Identifier ``[R, D]`` of the response rows from their normed attention input."""
         blk, ident = self.model.blocks[layer], self.identifier
-        self._value_rows = None
         if ident == "singular":
             return nr[0] @ self.proxy_weights[layer].T
         if ident == "value":
-            if v is not None:  # heads -> rows
+            if v is not None:  # already computed (heads -> rows)
                 return v[0].transpose(0, 1).reshape(nr.shape[1], -1)
-            self._value_rows = blk.v_proj(nr)  # reused by the K/V update
-            return self._value_rows[0]
+            return blk.v_proj(nr)[0]
         if ident == "key":
             return blk.k_proj(nr)[0]
         if ident == "query":
@@ -256,8 +257,6 @@ class SelectiveCache(Cache):
             sim[: self.forced] = -math.inf
         selected = torch.topk(sim, k_rows, largest=False, sorted=False).indices
         return selected.sort().values
-
-    _value_rows: Tensor | None = None
 
     # ---- statistics ---------------------------------------------------------------------
     def recompute_fractions(self) -> list[float]:
