@@ -123,13 +123,15 @@ class Journal:
             return
         if header.get("identity") != self.identity:
             return
+        complete = True
         for line in lines[1:]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
-                break  # a partially written last line from a killed job
+                complete = line == ""  # else a partially written last line from a killed job
+                break
             self.rows[row["sample_index"]] = row
-        if self.rows and len(lines) != len(self.rows) + 2:
+        if self.rows and not complete:
             # drop the partial line, or the next append would extend it into an unreadable one
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_text("".join(json.dumps(r) + "\n" for r in [header, *self.rows.values()]))
