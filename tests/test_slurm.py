@@ -1,0 +1,227 @@
+"""SLURM: the profile (profiles/slurm) dry-runs the default campaign with GPUs on the generate jobs
+only, and a real single-node cluster (scripts/slurm-local.sh: munged, slurmctld, slurmd, no
+accounting) runs the tiny campaign with the README's command; its generations and scores equal
+a local run's. Where SLURM cannot be installed or started, the cluster test is skipped with the
+reason (pytest -ra prints it), never passed."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from dlmpipe.campaign import Campaign
+
+from .conftest import CONFIGS, REPO, run_snakemake
+
+PROFILE = REPO / "profiles" / "slurm"
+SCRIPT = REPO / "scripts" / "slurm-local.sh"
+
+
+def readme_command() -> str:
+    """The command of README's "Running on a SLURM cluster" section, as written there."""
+    section = (REPO / "README.md").read_text().split("## Running on a SLURM cluster", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    commands = re.findall(r"^(snakemake --cores \S+ --profile \S+)\s*(?:#.*)?$", section, re.M)
+    assert commands, "README's SLURM section shows no `snakemake --cores N --profile ...` line"
+    return commands[0]
+
+
+def job_resources(stdout: str) -> list[tuple[str, dict]]:
+    """(rule, resources) of every job of a dry run (-n)."""
+    jobs = []
+    for rule, body in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", stdout, re.M):
+        found = re.search(r"resources: (.*)", body)
+        pairs = re.findall(r"(\w+)=([^,]+)", found.group(1)) if found else []
+        jobs.append((rule, {k: v.strip() for k, v in pairs}))
+    return jobs
+
+
+class _Resources(dict):
+    """What the slurm plugin reads from ``job.resources`` (``.get`` and attributes)."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def slurm_gpu_flags(resources: dict) -> str:
+    """The sbatch GPU flags snakemake-executor-plugin-slurm builds from a job's resources."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    typed = {k: int(v) if v.isdigit() else v for k, v in resources.items()}
+    return set_gres_string(SimpleNamespace(resources=_Resources(typed))).strip()
+
+
+# ---- the profile, without a cluster -------------------------------------------------------------
+def test_profile_dry_runs_the_default_campaign_with_gpus_on_generate_jobs(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLMPIPE_SLURM_PARTITION", "cpuq")
+    monkeypatch.setenv("DLMPIPE_SLURM_GPU_PARTITION", "gpuq")
+    monkeypatch.setenv("DLMPIPE_SLURM_ACCOUNT", "lab42")
+    proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), "--config", "device=cuda",
+                         configfile=REPO / "config.yaml")
+    assert "Using profile" in proc.stdout + proc.stderr
+    jobs = job_resources(proc.stdout)
+    campaign = Campaign(yaml.safe_load((REPO / "config.yaml").read_text()))
+    generate = [r for rule, r in jobs if rule == "generate"]
+    assert len(generate) == len(campaign.backbones) * len(campaign.tasks) * len(campaign.methods)
+    for res in generate:
+        assert res["gpu"] == "1" and res["slurm_partition"] == "gpuq" and res["slurm_account"] == "lab42"
+        assert slurm_gpu_flags(res) == "--gpus=1"
+    others = [(rule, r) for rule, r in jobs if rule not in ("generate", "all")]
+    assert {rule for rule, _ in others} >= {"score", "train_toy", "summarize", "plot"}
+    for rule, res in others:  # CPU-only: no GPU asked, the CPU partition
+        assert "gpu" not in res and slurm_gpu_flags(res) == "", rule
+        assert res["slurm_partition"] == "cpuq", rule
+
+
+def test_profile_passes_a_gpu_model_and_no_gpus_on_the_cpu(tmp_path, tiny_config, write_config):
+    tiny_config["resources"]["generate"]["gpu_model"] = "h100"
+    config = write_config(tiny_config, tmp_path / "c.yaml")
+    for device, want in (("cuda", "--gpus=h100:1"), ("cpu", "")):
+        proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), "--config", f"device={device}",
+                             configfile=config)
+        generate = [r for rule, r in job_resources(proc.stdout) if rule == "generate"]
+        assert generate and all(slurm_gpu_flags(r) == want for r in generate), (device, generate[0])
+
+
+def test_profile_settings():
+    profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
+    assert profile["executor"] == "slurm" and profile["slurm-status-command"] == "squeue"
+    assert profile["retries"] >= 1 and profile["rerun-incomplete"] is True
+    # the plugin in use knows every slurm-* key of the profile
+    from snakemake_executor_plugin_slurm import ExecutorSettings
+
+    known = {f"slurm-{name.replace('_', '-')}" for name in ExecutorSettings.__dataclass_fields__}
+    keys = {k for k in profile if k.startswith("slurm-")}
+    keys |= {k for v in profile.values() if isinstance(v, dict) for k in v if k.startswith("slurm-")}
+    assert keys <= known, keys - known
+    # the cheap steps never go through the queue
+    snakefile = (REPO / "Snakefile").read_text()
+    local = re.search(r"localrules:\n((?:    \w+,?\n)+)", snakefile).group(1)
+    assert {"prepare_backbone", "prepare_task", "summarize", "plot"} <= set(re.findall(r"\w+", local))
+    assert "localrule: True" in (REPO / "workflow/rules/generate.smk").read_text()  # merge_generations
+
+
+# ---- a real cluster -----------------------------------------------------------------------------
+def _script(*args: str, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    """A running single-node cluster: the one slurm-local.sh already runs, else one started
+    here (installing the packages when root) and stopped again at the end."""
+    if not sys.platform.startswith("linux") or shutil.which("bash") is None:
+        pytest.skip("SLURM test: needs Linux and bash")
+    env = dict(os.environ)
+    running = _script("running", env=env)
+    if running.returncode == 0:
+        env["SLURM_LOCAL_DIR"] = running.stdout.strip()
+        yield env
+        return
+    env["SLURM_LOCAL_DIR"] = str(Path(tempfile.gettempdir()) / f"dlmpipe-slurm-test-{os.getpid()}")
+    start = ["start", "--install"] if os.geteuid() == 0 else ["start"]
+    t0 = time.time()
+    try:
+        proc = _script(*start, env=env, timeout=900)
+    except subprocess.TimeoutExpired:
+        _script("stop", env=env)
+        pytest.skip("SLURM cannot start here: scripts/slurm-local.sh start took over 15 minutes")
+    if proc.returncode != 0:
+        _script("stop", env=env)
+        reasons = [line for line in proc.stderr.splitlines() if "cannot start" in line]
+        reason = reasons[-1] if reasons else proc.stderr.strip()[-500:] or f"exit {proc.returncode}"
+        print(f"\n{reason}", file=sys.stderr)
+        pytest.skip(f"SLURM cannot start here: {reason}")
+    print(f"\nslurm-local started in {time.time() - t0:.0f} s: {proc.stderr.strip()}", file=sys.stderr)
+    try:
+        yield env
+    finally:
+        stop = _script("stop", env=env)
+        assert stop.returncode == 0, stop.stderr
+        assert not Path(env["SLURM_LOCAL_DIR"]).exists()
+
+
+def _results(workdir: Path) -> dict:
+    """Per (task, method): token ids and scores by sample; the summary's quality."""
+    out = {}
+    results = workdir / "results"
+    for path in sorted((results / "generations").glob("*/*/*.parquet")):
+        key = (path.parent.name, path.stem)
+        gen = pq.read_table(path).to_pylist()
+        scores = pq.read_table(results / "scores" / path.parent.parent.name / path.parent.name
+                               / path.name).to_pylist()
+        out[key] = {"tokens": {r["sample_index"]: r["token_ids"] for r in gen},
+                    "scores": {r["sample_index"]: (r["passed"], r["status"]) for r in scores}}
+    summary = pq.read_table(results / "summary.parquet").to_pylist()
+    out["quality"] = sorted((r["task"], r["method"], r["quality"]) for r in summary)
+    return out
+
+
+def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, tmp_path, tiny_config, write_config):
+    # scheduling only (never changes results): memory a small CI node can give
+    tiny_config["resources"] = {"train_toy": {"mem_mb": 500},
+                                "generate": {"threads": 1, "mem_mb": 1000},
+                                "score": {"threads": 1, "mem_mb": 500}}
+    config = write_config(tiny_config, tmp_path / "tiny.yaml")
+    local, cluster = tmp_path / "local", tmp_path / "slurm"
+    local.mkdir()
+    cluster.mkdir()
+
+    # the local reference runs meanwhile: the cluster run mostly waits on the queue
+    reference: dict = {}
+    thread = threading.Thread(target=lambda: reference.setdefault(
+        "proc", run_snakemake(local, "--cores", "1", configfile=config, check=False)))
+    thread.start()
+
+    # README: activate the environment, optional site settings, then its command verbatim
+    bindir = str(Path(sys.executable).parent)
+    env = {**slurm_cluster, "PATH": bindir + os.pathsep + slurm_cluster.get("PATH", ""),
+           "VIRTUAL_ENV": str(Path(bindir).parent),
+           "DLMPIPE_SLURM_STATUS_DELAY": "5"}  # poll squeue often: the test's jobs take seconds
+    argv = shlex.split(readme_command())
+    if shutil.which(argv[0], path=env["PATH"]) is None:
+        argv[:1] = [sys.executable, "-m", "snakemake"]
+    argv += ["--configfile", str(config), "--directory", str(cluster)]
+    t0 = time.time()
+    try:
+        proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as e:
+        subprocess.run(["scancel", "--full", "--partition=local"], env=env, capture_output=True)
+        raise AssertionError(f"the SLURM run took over 10 minutes:\n{(e.stdout or b'')[-3000:]!r}")
+    took = time.time() - t0
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{' '.join(argv)} failed:\n{log[-5000:]}"
+    thread.join(timeout=600)
+    assert reference["proc"].returncode == 0, reference["proc"].stderr[-3000:]
+    print(f"\nSLURM run of the tiny campaign: {took:.0f} s", file=sys.stderr)
+
+    # every non-local job went through sbatch; the cheap ones ran here
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", log)
+    campaign = Campaign(yaml.safe_load(config.read_text()))
+    decoding = len(campaign.backbones) * len(campaign.tasks) * len(campaign.methods)
+    assert len(submitted) == 1 + 2 * decoding, log[-3000:]  # train_toy, generate, score
+    assert re.search(r"^localrule (prepare_task|summarize|plot):", log, re.M)
+    assert not re.search(r"^rule (prepare_task|prepare_backbone|summarize|plot):", log, re.M)
+
+    # the same tokens and scores as the local run (timings differ)
+    got, want = _results(cluster), _results(local)
+    assert set(got) == set(want) and len(got) == decoding + 1
+    for key in want:
+        assert got[key] == want[key], key
