@@ -15,7 +15,13 @@ min_version("9.0")
 # conda environments that do not install it.
 DLMPIPE_SRC = workflow.basedir
 sys.path.insert(0, DLMPIPE_SRC)
-shell.prefix("set -euo pipefail; export PYTHONPATH={DLMPIPE_SRC:q}${{PYTHONPATH:+:$PYTHONPATH}}; ")
+# Their `python` is the interpreter running Snakemake (its environment has dlmpipe's dependencies),
+# also when that environment is not activated (`.venv/bin/snakemake`, `make test`, SLURM jobs);
+# with --software-deployment-method conda, each rule's conda environment's.
+PYTHON_BIN = "" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else (
+    os.path.dirname(sys.executable))
+shell.prefix("set -euo pipefail; export PYTHONPATH={DLMPIPE_SRC:q}${{PYTHONPATH:+:$PYTHONPATH}}; "
+             + ("export PATH={PYTHON_BIN:q}:$PATH; " if PYTHON_BIN else ""))
 
 from dlmpipe.campaign import Campaign, check_config
 
