@@ -19,7 +19,7 @@ set -euo pipefail
 STATE=${SLURM_LOCAL_DIR:-/tmp/dlmpipe-slurm}
 CONF=/etc/slurm/slurm.conf
 MARK="# written by dlmpipe scripts/slurm-local.sh"
-NODE=$(hostname -s)
+NODE=$(hostname -s 2>/dev/null || cut -d. -f1 /proc/sys/kernel/hostname)
 PATH=$PATH:/usr/sbin:/sbin
 
 cannot() { echo "slurm-local: cannot start: $*" >&2; exit 3; }
