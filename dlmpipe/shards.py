@@ -119,6 +119,9 @@ def merge_shards(shard_files: list[str], task_file: str, out: str, provenance: s
         entry["samples"] = [r.start, r.stop]
         entry["file"] = str(path)
 
+    if len(record["devices"]) > 1:
+        print(f"warning: shards decoded on different devices {record['devices']}: per-sample "
+              "times (time_s) compare only within a device", flush=True)
     _replace_atomic(Path(out), lambda tmp: pq.write_table(merged, tmp))
     _replace_atomic(Path(provenance), lambda tmp: tmp.write_text(json.dumps(record, indent=2)))
     return record

@@ -70,13 +70,14 @@ def test_merge_orders_every_sample_once(tmp_path, n, k):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_merge_keeps_what_shards_disagree_on_per_shard(tmp_path):
+def test_merge_keeps_what_shards_disagree_on_per_shard(tmp_path, capsys):
     task = _task_file(tmp_path, 4)
     (f0, p0), (f1, p1) = _shard(tmp_path, "s0", [0, 1], host="a"), _shard(tmp_path, "s1", [2, 3], host="b")
     prov = tmp_path / "out.provenance.json"
     record = merge_shards([f0, f1], str(task), str(tmp_path / "out.parquet"), str(prov), [p0, p1])
     assert "host" not in record and [s["host"] for s in record["shards"]] == ["a", "b"]
     assert record["devices"] == ["cuda:a", "cuda:b"]
+    assert "different devices" in capsys.readouterr().out
     assert json.loads(prov.read_text()) == record
 
 
