@@ -139,9 +139,9 @@ def _masked_forward(model: Backbone, ids: torch.Tensor, key_mask: torch.Tensor) 
     return model.logits(h)
 
 
-def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 1500, batch_size: int = 64,
+def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: int = 32,
               d_model: int = 128, n_layers: int = 4, n_heads: int = 4, mlp_hidden: int = 384,
-              gen_length: int = 16, lr: float = 2e-3, threads: int = 2, pretrain_fraction: float = 0.0,
+              gen_length: int = 16, lr: float = 3e-3, threads: int = 2, pretrain_fraction: float = 0.0,
               tasks: tuple[str, ...] = ("toy_code", "toy_arith"), log=print) -> dict:
     """Train and save the toy backbone; returns training statistics."""
     out_dir = Path(out_dir)
@@ -162,6 +162,9 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 1500, batch_size:
     for name, p in model.named_parameters():
         if p.dim() == 2:
             torch.nn.init.normal_(p, std=0.02)
+    # unit-scale embeddings: tiny ones are swamped by the blocks' outputs early on and the
+    # model takes many more steps to start attending to prompt content (copying digits)
+    torch.nn.init.normal_(model.embed.weight, std=1.0)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))

@@ -6,15 +6,19 @@ trainer and the evaluation sets use disjoint seeds.
 
 - ``toy_code``: write a one-line Python function from an English spec; scored by executing the
   program against hidden tests in the sandbox.
-- ``toy_arith``: look up variables among distractor facts and add them; scored by exact match.
+- ``toy_arith``: questions over a list of facts (largest/smallest value, look up a variable,
+  add two); scored by exact match.
+
+Difficulty is graded so a ~1M-parameter model trained for a few CPU minutes lands in between:
+answers that need only *which* symbols occur in the prompt (one-constant specs, largest and
+smallest value) are learned first; answers that need *where* they occur (two-constant specs,
+look-ups, sums) come later. Caching then moves accuracy measurably, as on real models.
 """
 from __future__ import annotations
 
 import random
 
-# Fixed-width templates keep every answer-relevant character at a fixed offset from the
-# response, so a model of ~1M parameters learns the tasks in a few CPU minutes; the long
-# example/fact lines still make prompts ~5x longer than answers.
+HEADER = "# Complete the function to match its spec.\n"
 FUNCTION_NAMES = ["f", "g", "h", "k", "m", "p"]
 VARIABLES = list("abcdefg")
 
@@ -36,10 +40,7 @@ def _spec(rng: random.Random) -> tuple[str, str]:
 def toy_code_example(rng: random.Random) -> dict:
     name = rng.choice(FUNCTION_NAMES)
     spec, expr = _spec(rng)
-    x0 = rng.randint(1, 9)
-    y0 = eval(expr, {"x": x0})  # noqa: S307 - our own arithmetic template
-    prompt = (f"# Example: {name}({x0}) == {y0}\n"
-              f"# Write {name}(x): it {spec}.\n"
+    prompt = (f"{HEADER}# Write {name}(x): it {spec}.\n"
               f"def {name}(x):\n    return ")
     xs = [rng.randint(-20, 20) for _ in range(4)] + [0, 11]
     test = "\n".join(f"assert {name}({x}) == {eval(expr, {'x': x})}" for x in xs)  # noqa: S307
@@ -51,7 +52,12 @@ def toy_arith_example(rng: random.Random) -> dict:
     names = VARIABLES
     values = {n: rng.randint(0, 9) for n in names}
     facts = ", ".join(f"{n}={v}" for n, v in values.items())
-    if rng.random() < 0.5:
+    kind = rng.randrange(4)
+    if kind == 0:
+        question, answer = "What is the largest value?", str(max(values.values()))
+    elif kind == 1:
+        question, answer = "What is the smallest value?", str(min(values.values()))
+    elif kind == 2:
         q = rng.choice(names)
         question, answer = f"What is {q}?", str(values[q])
     else:
