@@ -12,6 +12,21 @@ from .pareto import front_steps
 LABEL_OFFSETS = [(5, 4), (5, -11), (-5, 4), (-5, -11), (5, 15), (5, -22), (-5, 15), (-5, -22)]
 
 
+def _coincident_groups(ax, part: pd.DataFrame, pixels: float = 4.0) -> list:
+    """Points that land within a few pixels of each other share one label (one name a line):
+    a sweep's methods often reach the same quality at nearly the same speed."""
+    groups: list[list] = []
+    for row in part.sort_values(["speedup", "quality"], ascending=[True, False]).itertuples(index=False):
+        x, y = ax.transData.transform((row.speedup, row.quality))
+        for g in groups:
+            if abs(g[0] - x) <= pixels and abs(g[1] - y) <= pixels:
+                g[2].append(row)
+                break
+        else:
+            groups.append([x, y, [row]])
+    return [rows[0]._replace(method="\n".join(r.method for r in rows)) for _, _, rows in groups]
+
+
 def _label_points(ax, part: pd.DataFrame, fontsize: int = 8) -> None:
     """Name every point, moving a label to the first nearby slot that keeps it clear of the
     labels already placed (methods of one sweep often sit close together)."""
@@ -19,10 +34,11 @@ def _label_points(ax, part: pd.DataFrame, fontsize: int = 8) -> None:
     fig.canvas.draw()
     scale = fig.dpi / 72  # points -> pixels
     placed: list[tuple[float, float, float, float]] = []
-    order = part.sort_values(["speedup", "quality"], ascending=[True, False])
-    for row in order.itertuples(index=False):
+    for row in _coincident_groups(ax, part):
         x, y = ax.transData.transform((row.speedup, row.quality))
-        w, h = 0.62 * fontsize * len(row.method) * scale, 1.2 * fontsize * scale
+        lines = row.method.split("\n")
+        w = 0.62 * fontsize * max(map(len, lines)) * scale
+        h = 1.2 * fontsize * scale * len(lines)
         for dx, dy in LABEL_OFFSETS:
             x0 = x + dx * scale - (w if dx < 0 else 0)
             y0 = y + dy * scale
