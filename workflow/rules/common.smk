@@ -86,3 +86,11 @@ def all_scores(wildcards=None):
         for t in CAMPAIGN.tasks
         for m in CAMPAIGN.methods
     ]
+
+
+def proxies_input(wildcards):
+    """The backbone's proxies file for methods that read it (generate jobs of other methods get
+    none, so adding SPA methods reruns nothing else)."""
+    if CAMPAIGN.needs_proxies(wildcards.method):
+        return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
+    return []

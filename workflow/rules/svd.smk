@@ -1,14 +1,6 @@
 # SVD proxies: one job per backbone that an SPA-Cache method with the singular identifier needs.
 
 
-def proxies_input(wildcards):
-    """The backbone's proxies file for methods that read it (generate jobs of other methods get
-    none, so adding SPA methods reruns nothing else)."""
-    if CAMPAIGN.needs_proxies(wildcards.method):
-        return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
-    return []
-
-
 rule svd:
     """Float32 thin SVD of every layer's value projection, W_v = A S B^T; stores S and B^T.
     Its only input is the manifest: it reruns when the backbone changes, never for SPA
