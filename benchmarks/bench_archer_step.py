@@ -57,7 +57,10 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     dtype = torch.bfloat16 if a.device == "cuda" else torch.float32
     model = build(a.d_model, a.layers, a.vocab, dtype, a.device)
     G = a.gen
