@@ -83,7 +83,8 @@ def plot(fractions: dict[str, list[float]], out: Path, title: str) -> None:
     ax.set_xlabel("layer")
     ax.set_ylabel("fraction of tokens, cos sim < 0.95")
     ax.set_xticks(layers)
-    ax.set_ylim(0, 1)
+    top = max(max(v) for v in fractions.values())
+    ax.set_ylim(0, min(1.0, max(0.3, 1.15 * top)))
     ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
@@ -103,6 +104,7 @@ def main() -> None:
     ap.add_argument("--gen", type=int, default=16)
     ap.add_argument("--tau", type=float, default=0.95)
     ap.add_argument("--out", default="drift_profile.png")
+    ap.add_argument("--label", default=None, help="backbone name in the title (default: the directory)")
     a = ap.parse_args()
     ckpt = Path(a.checkpoint)
     if not (ckpt / "config.json").is_file():
@@ -120,7 +122,7 @@ def main() -> None:
     print(f"{'layer':>5} " + " ".join(f"{s:>8}" for s in SERIES) + f" {'rho(l)':>8}")
     for i, rho in enumerate(layer_budgets(len(fr["output"]))):
         print(f"{i:>5} " + " ".join(f"{fr[s][i]:>8.3f}" for s in SERIES) + f" {rho:>8.3f}")
-    plot(fr, Path(a.out), f"drift per layer ({ckpt.name}, tau {a.tau})")
+    plot(fr, Path(a.out), f"drift per layer ({a.label or ckpt.name}, tau {a.tau})")
     print(f"wrote {a.out}")
 
 
