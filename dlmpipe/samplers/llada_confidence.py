@@ -57,6 +57,10 @@ class LLaDAConfidence(Sampler):
         if k > 0:
             chosen = torch.topk(confidence, k).indices
             response[chosen] = x0[chosen]
+        self._end_step(response)
+
+    def _end_step(self, response: Tensor) -> None:
+        """Count the step, track revisions, and move to the next block after its last step."""
         self.steps += 1
         self._track(response)
         self.block_step += 1

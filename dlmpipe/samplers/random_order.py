@@ -13,37 +13,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Sampler, gumbel_argmax
-from .llada_confidence import transfer_schedule
+from .base import gumbel_argmax
+from .llada_confidence import LLaDAConfidence, transfer_schedule
 
 
-class RandomOrder(Sampler):
+class RandomOrder(LLaDAConfidence):
+    """LLaDA's blocks and per-step schedule; positions in a random order fixed per block."""
+
     name = "random_order"
-
-    def __init__(self, block_length: int | None = None, steps: int | None = None,
-                 temperature: float = 0.0):
-        self.block_length_opt, self.steps_opt, self.temperature = block_length, steps, temperature
 
     def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
         super().begin(prompt_len, gen_len, mask_id, generator)
-        self.block_length = self.block_length_opt or gen_len
-        total_steps = self.steps_opt or gen_len
-        if gen_len % self.block_length:
-            raise ValueError(f"gen_length {gen_len} is not a multiple of block_length {self.block_length}")
-        self.num_blocks = gen_len // self.block_length
-        if total_steps % self.num_blocks:
-            raise ValueError(f"steps {total_steps} is not a multiple of the {self.num_blocks} blocks")
-        self.steps_per_block = total_steps // self.num_blocks
-        self.block_index, self.block_step = 0, 0
         self.order_block = -1          # block whose order is drawn
         self.order: Tensor | None = None
-        self.schedule: list[int] = []
         self.decoded_in_block = 0
-
-    @property
-    def block(self) -> tuple[int, int]:
-        lo = self.block_index * self.block_length
-        return (lo, lo + self.block_length)
 
     def _fix_order(self) -> None:
         """Draw the current block's decoding order once, at its start."""
@@ -68,9 +51,4 @@ class RandomOrder(Sampler):
             rows[:, self.mask_id] = float("-inf")
             response[due] = gumbel_argmax(rows, self.temperature, self.generator)
         self.decoded_in_block += due.numel()
-        self.steps += 1
-        self._track(response)
-        self.block_step += 1
-        if self.block_step == self.steps_per_block:
-            self.block_index, self.block_step = self.block_index + 1, 0
-            self.done = self.block_index == self.num_blocks
+        self._end_step(response)
