@@ -170,6 +170,17 @@ class Backbone(nn.Module):
             h, _, _ = self.layer(i, h, positions)
         return h
 
+    def hidden_states_storing_kv(self, input_ids: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+        """A full forward that also writes every layer's K/V into preallocated caches
+        ``keys, values [L, B, Hkv, N, hd]`` (in place); returns the final hidden rows."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        h = self.embed(input_ids)
+        for i in range(self.cfg.n_layers):
+            h, k, v = self.layer(i, h, positions)
+            keys[i].copy_(k)
+            values[i].copy_(v)
+        return h
+
     def forward(self, input_ids: Tensor) -> Tensor:
         """``input_ids [B, N]`` -> raw logits ``[B, N, V]`` (each row's own output)."""
         return self.logits(self.hidden_states(input_ids))

@@ -81,11 +81,7 @@ class ArcherCache(Cache):
     def _full_forward(self, x: Tensor) -> Tensor:
         """Exact logits and every layer's K/V under the current response; re-anchor."""
         m = self.model
-        h = m.embed(x[None])
-        for i in range(m.cfg.n_layers):
-            h, k, v = m.layer(i, h, self.positions)
-            self.keys[i].copy_(k)
-            self.values[i].copy_(v)
+        h = m.hidden_states_storing_kv(x[None], self.keys, self.values)
         self.anchor = x[self.prompt_len:].clone()
         self.updates_since_refresh = 0
         return m.response_logits_from_rows(h[:, self.first_row:])[0]

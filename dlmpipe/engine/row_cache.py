@@ -41,12 +41,7 @@ class RowKVCache(Cache):
 
     def _full_forward(self, x: Tensor, serve: Tensor) -> Tensor:
         """Every row, every layer's K/V stored; logits of the response positions ``serve``."""
-        m = self.model
-        h = m.embed(x[None])
-        for i in range(m.cfg.n_layers):
-            h, k, v = m.layer(i, h, self.positions)
-            self.keys[i].copy_(k)
-            self.values[i].copy_(v)
+        h = self.model.hidden_states_storing_kv(x[None], self.keys, self.values)
         self._count(x.shape[0])
         return self._serve(h, self.positions, serve)
 
