@@ -52,6 +52,7 @@ include: "workflow/rules/svd.smk"
 include: "workflow/rules/tasks.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/score.smk"
+include: "workflow/rules/timing.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -37,6 +37,14 @@ def _generate(a: argparse.Namespace) -> None:
                        proxies=a.proxies or None)
 
 
+def _time_methods(a: argparse.Namespace) -> None:
+    from .timing import run_timing_job
+
+    run_timing_job(manifest=a.manifest, task_file=a.task_file, methods=json.loads(a.methods),
+                   out=a.out, seed=a.seed, device=a.device, samples=a.samples,
+                   repeats=a.repeats, proxies=a.proxies or None)
+
+
 def _svd(a: argparse.Namespace) -> None:
     from .engine.proxies import write_proxies
 
@@ -66,7 +74,7 @@ def _summarize(a: argparse.Namespace) -> None:
     from .analysis.summary import summarize
 
     summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet, out_csv=a.out_csv,
-              also_against=a.also_against)
+              also_against=a.also_against, timing=a.timing, seed=a.seed)
 
 
 def _plot(a: argparse.Namespace) -> None:
@@ -114,6 +122,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "singular identifier); empty: none")
     s.set_defaults(func=_generate)
 
+    s = sub.add_parser("time-methods", help="time every method on the same samples, interleaved "
+                       "and repeated, in one process (paired speedups)")
+    s.add_argument("--manifest", required=True)
+    s.add_argument("--task-file", required=True)
+    s.add_argument("--methods", required=True, help="JSON list of methods as generate takes them")
+    s.add_argument("--out", required=True)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--samples", type=int, default=10, help="time the first N samples of the task")
+    s.add_argument("--repeats", type=int, default=3, help="decodes per (method, sample)")
+    s.add_argument("--proxies", default="", help="the backbone's proxies.safetensors; empty: none")
+    s.set_defaults(func=_time_methods)
+
     s = sub.add_parser("svd", help="float32 thin SVD of every layer's value projection -> proxies.safetensors")
     s.add_argument("--manifest", required=True)
     s.add_argument("--out", required=True)
@@ -147,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--scores", nargs="+", required=True)
     s.add_argument("--reference", required=True)
     s.add_argument("--also-against", nargs="*", default=[], help="extra speedup references")
+    s.add_argument("--timing", nargs="*", default=[], help="the timing stage's files: speedups "
+                   "as paired median ratios with bootstrap intervals (else: ratios of mean times)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
     s.add_argument("--out-parquet", required=True)
     s.add_argument("--out-csv", required=True)
     s.set_defaults(func=_summarize)

@@ -182,6 +182,15 @@ def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+def with_proxies(method: dict, proxies: str | None, fingerprint: str | None) -> dict:
+    """The method with the backbone's singular proxies (svd rule) in its cache parameters, when
+    a proxies file is given, checked against the backbone's fingerprint; else unchanged."""
+    if not proxies:
+        return method
+    from .engine.proxies import load_proxies
+    return {**method, "cache": {**method["cache"], "proxies": load_proxies(proxies, fingerprint)}}
+
+
 def run_generation_job(manifest: str, task_file: str, method: dict, out: str, provenance: str,
                        seed: int = 0, device: str = "auto", config_hash: str = "",
                        shard: str = "0/1", warmup: bool = True, proxies: str | None = None) -> None:
@@ -209,12 +218,7 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     if todo:
         loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
         model, tok = loaded.model, loaded.tokenizer
-        built = method
-        if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
-            from .engine.proxies import load_proxies
-            built = {**method, "cache": {**method["cache"],
-                                         "proxies": load_proxies(proxies, man.get("fingerprint"))}}
-        sampler, cache = build_method(built, model)
+        sampler, cache = build_method(with_proxies(method, proxies, man.get("fingerprint")), model)
         stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
         params = json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
 

@@ -44,7 +44,8 @@ def expected_counts(campaign: Campaign) -> dict[str, int]:
     b, t, m = len(campaign.backbones), len(campaign.tasks), len(campaign.methods)
     counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
               "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
-              "plot": 1, "all": 1}
+              "plot": 1, "all": 1,
+              "time_methods": b * t}  # every method timed together, per (backbone, task)
     if any(map(campaign.needs_proxies, campaign.methods)):
         counts["svd"] = b  # one SVD per backbone that an SPA method (singular proxy) decodes
     shards = campaign.config["shards"]
@@ -57,6 +58,12 @@ def expected_counts(campaign: Campaign) -> dict[str, int]:
 def decoding_jobs(backbones, tasks, methods) -> set[tuple]:
     return {(rule, b, t, m) for rule in ("generate", "score")
             for b in backbones for t in tasks for m in methods}
+
+
+def timing_jobs(backbones, tasks) -> set[tuple]:
+    """The timing stage times every method of a (backbone, task) in one job, so a change to any
+    method, or to what they decode, re-times that (backbone, task)."""
+    return {("time_methods", b, t, None) for b in backbones for t in tasks}
 
 
 REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None)}
@@ -144,29 +151,36 @@ def set_in(path: str, value):
 CHANGES = {
     # one method's parameter: that method's generate/score jobs, then summary and plots
     "method-param": (set_in("methods/llada-confidence/sampler/steps", 4),
-                     decoding_jobs(["toy"], TASKS, ["llada-confidence"]) | REPORT_JOBS),
+                     decoding_jobs(["toy"], TASKS, ["llada-confidence"]) | timing_jobs(["toy"], TASKS)
+                     | REPORT_JOBS),
     # a new method: only its jobs
     "new-method": (set_in("methods/saber", {"sampler": {"name": "saber"}, "cache": {"name": "none"}}),
-                   decoding_jobs(["toy"], TASKS, ["saber"]) | REPORT_JOBS),
+                   decoding_jobs(["toy"], TASKS, ["saber"]) | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
     # a new sweep point: only its jobs, not the sweep's other points
     "new-sweep-point": (set_in("methods/archer/sweep/cache.K", [1, 2, "inf"]),
-                        decoding_jobs(["toy"], TASKS, ["archer-k2"]) | REPORT_JOBS),
+                        decoding_jobs(["toy"], TASKS, ["archer-k2"]) | timing_jobs(["toy"], TASKS)
+                        | REPORT_JOBS),
     # a parameter shared by a sweep's points: all of them
     "sweep-param": (set_in("methods/archer/sampler/n", 3),
-                    decoding_jobs(["toy"], TASKS, ["archer-k1", "archer-kinf"]) | REPORT_JOBS),
+                    decoding_jobs(["toy"], TASKS, ["archer-k1", "archer-kinf"])
+                    | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
     # the generation length is a decoding parameter, not a loader option: tasks are not rebuilt
     "gen-length": (set_in("tasks/toy_arith/gen_length", 4),
-                   decoding_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
+                   decoding_jobs(["toy"], ["toy_arith"], METHODS) | timing_jobs(["toy"], ["toy_arith"])
+                   | REPORT_JOBS),
     # a loader option rebuilds the task and everything decoded from it
     "task-loader": (set_in("tasks/toy_arith/n", 2),
                     {("prepare_task", None, "toy_arith", None)}
-                    | decoding_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
+                    | decoding_jobs(["toy"], ["toy_arith"], METHODS) | timing_jobs(["toy"], ["toy_arith"])
+                    | REPORT_JOBS),
     # a training option retrains the toy backbone and redoes everything downstream of it
     "toy-training": (set_in("backbones/toy/toy/steps", 21),
                      {("train_toy", "toy", None, None), ("prepare_backbone", "toy", None, None)}
-                     | decoding_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
-    # the speedup reference only changes the summary and the plots
+                     | decoding_jobs(["toy"], TASKS, METHODS) | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+    # the speedup reference only changes the summary and the plots (timing records raw times)
     "reference": (set_in("reference_method", "archer-k1"), REPORT_JOBS),
+    # the timing stage's own settings re-time every (backbone, task), and nothing decodes again
+    "timing": (set_in("timing", {"samples": 2, "repeats": 1}), timing_jobs(["toy"], TASKS) | REPORT_JOBS),
     # scheduling settings never rerun anything
     "resources": (set_in("resources", {"score": {"threads": 2}, "generate": {"mem_mb": 1000}}), set()),
 }

@@ -94,3 +94,25 @@ def proxies_input(wildcards):
     if CAMPAIGN.needs_proxies(wildcards.method):
         return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
     return []
+
+
+def timing_params(wildcards):
+    """Everything a timing job's result depends on: every method as its generate job decodes it
+    (in campaign order: the interleaving order), seed, device, samples and repeats."""
+    return {
+        "methods": [CAMPAIGN.method(m, wildcards.task) for m in CAMPAIGN.methods],
+        "seed": config["seed"],
+        "device": config["device"],
+        **config["timing"],
+    }
+
+
+def all_timing(wildcards=None):
+    return [f"{R}/timing/{b}/{t}.parquet" for b in CAMPAIGN.backbones for t in CAMPAIGN.tasks]
+
+
+def timing_proxies_input(wildcards):
+    """The backbone's proxies file when any method of the campaign reads it."""
+    if any(map(CAMPAIGN.needs_proxies, CAMPAIGN.methods)):
+        return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
+    return []
