@@ -101,8 +101,8 @@ def pareto_figure(part: pd.DataFrame, backbone: str, task: str):
     """The figure for one (backbone, task); returns (figure, plot axes, label texts)."""
     import matplotlib.pyplot as plt
 
-    part = part.sort_values(["speedup", "quality"], ascending=[False, False]).reset_index(drop=True)
-    numbers = list(range(1, len(part) + 1))
+    part = part.reset_index(drop=True)
+    numbers = list(range(1, len(part) + 1))  # campaign order: the same number on every plot
     fig, (ax, tab) = plt.subplots(1, 2, figsize=(13, 6), width_ratios=[1.25, 1],
                                   layout="constrained")
     reference = part["reference"].iloc[0]
@@ -136,7 +136,11 @@ def pareto_figure(part: pd.DataFrame, backbone: str, task: str):
     _table(tab, part, numbers)
     handles, labels = ax.get_legend_handles_labels()
     tab.legend(handles, labels, loc="lower center", fontsize=7.5, ncols=2, frameon=False)
-    texts = place_labels(ax, part["speedup"].tolist(), part["quality"].tolist(), list(map(str, numbers)))
+    # label the front first (it gets the closest free spots), then the rest, fastest first
+    order = sorted(range(len(part)), key=lambda i: (("front", "near", "dominated").index(roles[i]),
+                                                     -part["speedup"].iloc[i]))
+    texts = place_labels(ax, [part["speedup"].iloc[i] for i in order],
+                         [part["quality"].iloc[i] for i in order], [str(numbers[i]) for i in order])
     fig.set_layout_engine("none")  # keep the axes where the labels were placed
     return fig, ax, texts
 
