@@ -1,21 +1,26 @@
 """Synthetic tasks with checkable answers, for the toy backbone and the CPU default campaign.
 
-Both tasks are counting chains: a row of digits with blanks (``_``), where each blank is the
+Both tasks are counting chains: a row of 14 digits with blanks (``_``), where each blank is the
 number before it plus (toy_arith) or minus (toy_code) one, wrapping around. A blank's value
 depends on the value decoded just before it, so a small model gets a blank right once its left
 neighbour is decoded and fresh in the logits, and is unsure of it before (it would have to
 count the run of blanks in one pass). How a response is decoded therefore matters, as it does
 on real models: one confident token at a time over fresh logits gets the chain right; decoding
 many tokens from one set of logits, or keeping rows' cached states after a neighbour changed,
-breaks it. Layouts are fixed (single digits at the same stride in prompt and answer) so that a
-~1M-parameter model learns them in a few CPU minutes. The same generators feed the toy trainer
-and the task preparation; the trainer and the evaluation sets use disjoint seeds.
+breaks it.
 
-- ``toy_code``: ``f()`` returns the list of a 10-item chain counting down, written as a Python
-  list literal after ``return [``; scored by executing the program against a hidden test in
-  the sandbox (a wrong item, a missing comma or a missing closing bracket fails).
-- ``toy_arith``: the 14-item chain counting up, as digits separated by spaces; a longer chain;
-  scored by exact match.
+The layout is what makes this learnable in a few CPU minutes by a ~1M-parameter model: single
+digits at a stride of two characters, the pattern right before the answer, and the same
+distance from each pattern item to its answer item in both tasks (one positional copy circuit
+serves both). Constant text in the prompt is kept short: every constant character dilutes the
+attention the copy circuit starts from and slows its learning several-fold. The same generators
+feed the toy trainer and the task preparation; the trainer and the evaluation sets use
+disjoint seeds.
+
+- ``toy_code``: ``f()`` returns the chain counting down as a Python list literal, continuing
+  ``return [``; scored by executing the program against a hidden test in the sandbox (a wrong
+  item, a missing comma or a missing closing bracket fails).
+- ``toy_arith``: the chain counting up, digits separated by spaces; scored by exact match.
 """
 from __future__ import annotations
 
@@ -24,8 +29,7 @@ import random
 FUNCTION_NAMES = ["f", "g", "h", "k", "m", "p"]
 BLANK = "_"
 BLANK_RATE = 0.6   # share of blanks after the first item: runs of 2-4 blanks are common
-CODE_ITEMS = 10
-ARITH_ITEMS = 14
+ITEMS = 14         # answer 27 characters: fits gen_length 32 with the closing bracket
 
 
 def counting_chain(rng: random.Random, items: int, step: int) -> tuple[list[str], list[int]]:
@@ -45,16 +49,16 @@ def counting_chain(rng: random.Random, items: int, step: int) -> tuple[list[str]
 
 def toy_code_example(rng: random.Random) -> dict:
     name = rng.choice(FUNCTION_NAMES)
-    pattern, values = counting_chain(rng, CODE_ITEMS, step=-1)
-    prompt = f"# count down: {', '.join(pattern)}\ndef {name}():\n    return ["
-    answer = ", ".join(map(str, values)) + "]"
+    pattern, values = counting_chain(rng, ITEMS, step=-1)
+    prompt = f"def {name}():\n   # count down: {','.join(pattern)}\n   return ["
+    answer = ",".join(map(str, values)) + "]"
     return {"prompt": prompt, "answer": answer, "entry_point": name,
-            "test": f"assert {name}() == [{', '.join(map(str, values))}]", "kind": "code"}
+            "test": f"assert {name}() == [{answer}", "kind": "code"}
 
 
 def toy_arith_example(rng: random.Random) -> dict:
-    pattern, values = counting_chain(rng, ARITH_ITEMS, step=1)
-    prompt = f"count up: {' '.join(pattern)}\nfilled: "
+    pattern, values = counting_chain(rng, ITEMS, step=1)
+    prompt = f"count up: {' '.join(pattern)}\nfilled in: "
     return {"prompt": prompt, "answer": " ".join(map(str, values)), "entry_point": "", "test": "",
             "kind": "exact"}
 
