@@ -28,16 +28,19 @@ import random
 
 FUNCTION_NAMES = ["f", "g", "h", "k", "m", "p"]
 BLANK = "_"
-BLANK_RATE = 0.6   # share of blanks after the first item: runs of 2-4 blanks are common
+CODE_BLANKS = 0.6    # share of blanks after the first item: runs of 2-4 blanks are common
+ARITH_BLANKS = 0.8   # longer runs (often 5-10): longer dependency chains
 ITEMS = 14         # answer 27 characters: fits gen_length 32 with the closing bracket
 
 
-def counting_chain(rng: random.Random, items: int, step: int) -> tuple[list[str], list[int]]:
-    """A pattern (digits and blanks, the first always a digit) and its filled values: each
-    blank is the value before it plus ``step``, mod 10."""
+def counting_chain(rng: random.Random, items: int, step: int,
+                   blanks: float) -> tuple[list[str], list[int]]:
+    """A pattern (digits and blanks, the first always a digit, each later item a blank with
+    probability ``blanks``) and its filled values: each blank is the value before it plus
+    ``step``, mod 10."""
     pattern, values = [], []
     for i in range(items):
-        if i and rng.random() < BLANK_RATE:
+        if i and rng.random() < blanks:
             pattern.append(BLANK)
             values.append((values[-1] + step) % 10)
         else:
@@ -49,7 +52,7 @@ def counting_chain(rng: random.Random, items: int, step: int) -> tuple[list[str]
 
 def toy_code_example(rng: random.Random) -> dict:
     name = rng.choice(FUNCTION_NAMES)
-    pattern, values = counting_chain(rng, ITEMS, step=-1)
+    pattern, values = counting_chain(rng, ITEMS, step=-1, blanks=CODE_BLANKS)
     prompt = f"def {name}():\n   # count down: {','.join(pattern)}\n   return ["
     answer = ",".join(map(str, values)) + "]"
     return {"prompt": prompt, "answer": answer, "entry_point": name,
@@ -57,7 +60,7 @@ def toy_code_example(rng: random.Random) -> dict:
 
 
 def toy_arith_example(rng: random.Random) -> dict:
-    pattern, values = counting_chain(rng, ITEMS, step=1)
+    pattern, values = counting_chain(rng, ITEMS, step=1, blanks=ARITH_BLANKS)
     prompt = f"count up: {' '.join(pattern)}\nfilled in: "
     return {"prompt": prompt, "answer": " ".join(map(str, values)), "entry_point": "", "test": "",
             "kind": "exact"}
