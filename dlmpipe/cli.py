@@ -52,14 +52,14 @@ def _merge_generations(a: argparse.Namespace) -> None:
 def _score(a: argparse.Namespace) -> None:
     from .scoring.score import score_generations
 
-    score_generations(a.generations, a.task_file, a.out, workers=a.workers)
+    score_generations(a.generations, a.task_file, a.out, workers=a.workers, sandbox=a.sandbox)
 
 
 def _score_samples(a: argparse.Namespace) -> None:
     from .scoring.samples import score_samples
 
     score_samples(task=a.task, samples=a.samples, out=a.out, workers=a.workers,
-                  options=json.loads(a.options))
+                  options=json.loads(a.options), sandbox=a.sandbox)
 
 
 def _summarize(a: argparse.Namespace) -> None:
@@ -73,6 +73,16 @@ def _plot(a: argparse.Namespace) -> None:
     from .analysis.plots import plot_pareto
 
     plot_pareto(a.summary, a.out_dir)
+
+
+def _sandbox_option(s: argparse.ArgumentParser) -> None:
+    from .scoring.levels import LEVELS
+
+    s.add_argument("--sandbox", choices=LEVELS, default=None,
+                   help="isolation of untrusted code (default: $DLMPIPE_SANDBOX, else bwrap, which "
+                   "must work); 'process' opts in to the weaker level where bubblewrap is "
+                   "unavailable, 'auto' to bwrap where it works and process elsewhere "
+                   "(docs/SCORING.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task-file", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--workers", type=int, default=0, help="parallel programs (0: all cores)")
+    _sandbox_option(s)
     s.set_defaults(func=_score)
 
     s = sub.add_parser("score-samples", help="score external EvalPlus-style samples")
@@ -141,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--workers", type=int, default=0)
     s.add_argument("--options", default="{}", help="JSON task loader options (source, limit, ids)")
+    _sandbox_option(s)
     s.set_defaults(func=_score_samples)
 
     s = sub.add_parser("summarize", help="one summary row per (backbone, task, method)")
@@ -160,8 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from .scoring.levels import SandboxUnavailable
+
     try:
         args.func(args)
+    except SandboxUnavailable as e:
+        print(f"dlmpipe {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError) as e:
         from .backbones.loading import CheckpointError
 
