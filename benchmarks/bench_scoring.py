@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dlmpipe.scoring.code import Settings  # noqa: E402
-from dlmpipe.scoring.sandbox import isolation, run_suites  # noqa: E402
+from dlmpipe.scoring.levels import isolation  # noqa: E402
+from dlmpipe.scoring.sandbox import run_suites  # noqa: E402
 from dlmpipe.scoring.score import score_many  # noqa: E402
 from dlmpipe.tasks.registry import load_task  # noqa: E402
 
