@@ -193,7 +193,8 @@ def test_seccomp_keeps_every_child_in_the_killed_process_group():
     program = """
 import os, subprocess
 denied = []
-for call in (os.setsid, lambda: os.setpgid(0, 0), lambda: subprocess.run(["true"], start_new_session=True)):
+for call in (os.setsid, lambda: os.setpgid(0, 0),
+             lambda: subprocess.run(["true"], start_new_session=True)):
     try:
         call()
     except PermissionError:
