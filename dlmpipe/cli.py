@@ -62,11 +62,42 @@ def _score_samples(a: argparse.Namespace) -> None:
                   options=json.loads(a.options), sandbox=a.sandbox)
 
 
+def _check_sandbox(a: argparse.Namespace) -> None:
+    """The campaign's sandbox level, resolved as Snakemake and the score rule resolve it:
+    ``--config sandbox=...``, else the last ``--configfile`` (default config.yaml) that sets
+    it, else $DLMPIPE_SANDBOX, else bwrap; then checked here (SandboxUnavailable: exit 2)."""
+    import yaml
+
+    from .scoring.levels import isolation, level_caveats, weaker_than_bwrap
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--configfile", "--configfiles", nargs="+", action="extend", default=[])
+    p.add_argument("--config", "-C", nargs="+", action="extend", default=[])
+    known, _ = p.parse_known_args([x for x in a.snakemake_args if x != "--"])
+    level = None
+    for path in known.configfile or ["config.yaml"]:
+        with open(path, encoding="utf-8") as f:
+            level = (yaml.safe_load(f) or {}).get("sandbox", level)
+    for item in known.config:
+        key, _, value = item.partition("=")
+        if key == "sandbox":
+            level = yaml.safe_load(value)
+    iso = isolation(level)
+    print(f"dlmpipe check-sandbox: scoring will use {iso.level} ({iso.variant}, {iso.python})")
+    if weaker_than_bwrap(iso.level):
+        print(f"WARNING: {iso.level} is weaker than bubblewrap: {level_caveats(iso.level)} "
+              "(docs/SCORING.md)")
+
+
 def _summarize(a: argparse.Namespace) -> None:
     from .analysis.summary import summarize
 
-    summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet, out_csv=a.out_csv,
-              also_against=a.also_against)
+    table = summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet,
+                      out_csv=a.out_csv, also_against=a.also_against)
+    if a.out_isolation:
+        from .analysis.isolation import write_isolation_note
+
+        write_isolation_note(table, a.out_isolation)
 
 
 def _plot(a: argparse.Namespace) -> None:
@@ -155,12 +186,20 @@ def build_parser() -> argparse.ArgumentParser:
     _sandbox_option(s)
     s.set_defaults(func=_score_samples)
 
+    s = sub.add_parser("check-sandbox", help="check that the campaign's sandbox works here "
+                       "(no generated code runs); `make campaign` runs it before Snakemake")
+    s.add_argument("snakemake_args", nargs=argparse.REMAINDER,
+                   help="after --: the Snakemake arguments (--configfile, --config sandbox=...)")
+    s.set_defaults(func=_check_sandbox)
+
     s = sub.add_parser("summarize", help="one summary row per (backbone, task, method)")
     s.add_argument("--scores", nargs="+", required=True)
     s.add_argument("--reference", required=True)
     s.add_argument("--also-against", nargs="*", default=[], help="extra speedup references")
     s.add_argument("--out-parquet", required=True)
     s.add_argument("--out-csv", required=True)
+    s.add_argument("--out-isolation", default="", help="HTML page for the report: the rows "
+                   "scored under a sandbox weaker than bubblewrap, or the all-clear")
     s.set_defaults(func=_summarize)
 
     s = sub.add_parser("plot", help="quality-vs-speedup Pareto plots per (backbone, task)")

@@ -57,9 +57,12 @@ def level_caveats(level: str) -> str:
     if "landlock" in layers:
         gaps.append("it reads the same files as under bwrap (the system's /usr and libraries), "
                     "read-only")
-        if abi < 6:
+        if 0 < abi < 6:
             gaps.append(f"signals reach other processes of its uid (Landlock ABI {abi} < 6 "
                         "cannot scope them)")
+        elif abi == 0:  # described where the kernel that scored is not known
+            gaps.append("signals reach other processes of its uid where the scoring kernel's "
+                        "Landlock ABI is below 6")
     else:
         gaps.append("the host filesystem is readable, and writable wherever ordinary "
                     "permissions allow its uid")
@@ -70,6 +73,9 @@ def level_caveats(level: str) -> str:
         if "landlock" in layers and abi >= 4:
             gaps.append("non-TCP sockets (UDP, netlink, ...) stay usable" if abi < 10 else
                         "non-IP sockets (netlink, ...) stay usable")
+        elif "landlock" in layers and abi == 0:
+            gaps.append("the host's network is reachable (but TCP where the scoring kernel's "
+                        "Landlock ABI is 4 or newer)")
         else:
             gaps.append("the host's network is reachable")
         gaps.append("a child that calls setsid() can outlive the wall-clock kill")
