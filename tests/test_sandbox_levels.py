@@ -184,3 +184,34 @@ def test_score_samples_opt_in_warns_in_its_closing_lines(tmp_path):
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith(f"WARNING: 3 of 3 samples ran under {PROCESS_LEVEL} isolation, "
                            "weaker than bubblewrap:"), proc.stdout
+
+
+def _check_sandbox(*snakemake_args):
+    env = {k: v for k, v in os.environ.items() if k != "DLMPIPE_SANDBOX"}
+    env.update(PYTHONPATH=str(REPO), DLMPIPE_BWRAP="/nonexistent/bwrap")
+    return subprocess.run([sys.executable, "-m", "dlmpipe", "check-sandbox", "--",
+                           *snakemake_args], capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def test_check_sandbox_stops_a_campaign_without_bwrap(tmp_path):
+    proc = _check_sandbox("-n")  # config.yaml: no opt-in
+    assert proc.returncode == 2 and "sudo apt-get install bubblewrap" in proc.stderr
+    opted_in = tmp_path / "campaign.yaml"
+    opted_in.write_text((REPO / "tests" / "configs" / "tiny.yaml").read_text()
+                        + "sandbox: process\n")
+    for args in (["--configfile", str(opted_in)], ["--config", "sandbox=process"]):
+        proc = _check_sandbox(*args)
+        assert proc.returncode == 0, proc.stderr
+        assert f"scoring will use {PROCESS_LEVEL}" in proc.stdout
+        assert "WARNING" in proc.stdout and "weaker than bubblewrap" in proc.stdout
+
+
+def test_make_campaign_checks_the_sandbox_before_snakemake():
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    lines = subprocess.run(["make", "-n", "campaign", "ARGS=--configfile x.yaml"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    check = next(i for i, line in enumerate(lines)
+                 if "dlmpipe check-sandbox -- --configfile x.yaml" in line)
+    run = next(i for i, line in enumerate(lines) if "snakemake --cores" in line)
+    assert check < run
