@@ -9,11 +9,11 @@ what that level leaves open, or states that every code score ran under bubblewra
 from __future__ import annotations
 
 import html
-import os
 from pathlib import Path
 
 import pandas as pd
 
+from ..io import atomic_write_text
 from ..scoring.levels import level_caveats, weaker_than_bwrap
 
 
@@ -58,8 +58,4 @@ def isolation_note(summary: pd.DataFrame) -> str:
 
 
 def write_isolation_note(summary: pd.DataFrame, out: str | Path) -> None:
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(isolation_note(summary), encoding="utf-8")
-    os.replace(tmp, out)
+    atomic_write_text(out, isolation_note(summary))
