@@ -47,6 +47,7 @@ REJECTIONS = [
     ("tasks/toy_code/gen_length", DELETE, "tasks.toy_code.gen_length: missing"),
     ("tasks/nonesuch", {"gen_length": 8}, "tasks.nonesuch: unknown task"),
     ("device", "tpu", "device: 'tpu' is not one of"),
+    ("sandbox", "none", "sandbox: 'none' is not valid; expected isolation of generated code"),
     ("reference_method", "greedy", "reference_method: 'greedy' is not a method"),
     ("methods/archer-k1", {"sampler": {"name": "saber"}, "cache": {"name": "archer", "K": 1}},
      "methods.archer-k1: method name 'archer-k1' is produced twice"),
@@ -99,6 +100,7 @@ def test_defaults_are_filled_from_the_schema(tiny_config):
         "name": "llada_confidence", "block_length": None, "steps": None, "temperature": 0}
     assert config["backbones"]["toy"]["dtype"] == "float32" and config["backbones"]["toy"]["chat"] is False
     assert config["resources"]["generate"]["mem_mb"] > 0
+    assert config["sandbox"] is None  # DLMPIPE_SANDBOX, else bwrap (dlmpipe.scoring.levels)
 
 
 def test_jobs_see_the_schema_defaults_of_the_one_validation_pass(tmp_path, snakemake, tiny_config):

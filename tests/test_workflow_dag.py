@@ -128,6 +128,11 @@ CHANGES = {
                      | decoding_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
     # the speedup reference only changes the summary and the plots
     "reference": (set_in("reference_method", "archer-k1"), REPORT_JOBS),
+    # the sandbox level changes every score's recorded isolation: the score jobs, then the report
+    "sandbox": (set_in("sandbox", "process"),
+                {("score", "toy", t, m) for t in TASKS for m in METHODS} | REPORT_JOBS),
+    # naming the level that is already used (bwrap, the default) changes nothing
+    "sandbox-default": (set_in("sandbox", "bwrap"), set()),
     # scheduling settings never rerun anything
     "resources": (set_in("resources", {"score": {"threads": 2}, "generate": {"mem_mb": 1000}}), set()),
 }
