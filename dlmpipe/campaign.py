@@ -6,7 +6,8 @@ The Snakefile builds a ``Campaign`` before any job runs: one pass that applies t
 error by its dotted key (``methods.archer.cache.K``), then adds what a schema cannot say:
 checkpoint directories exist, tasks are registered, sweeps expand into unique, readable method
 names, a cache can serve its sampler, blocks divide the generation length, and the reference
-method exists.
+method exists; the paper tables (``tables:``) name existing methods, tasks, backbones and
+speedup columns (``analysis/table_spec.py``).
 
 ``python -m dlmpipe.campaign [config.yaml ...]`` prints the expanded campaign.
 """
@@ -226,9 +227,13 @@ class Campaign:
         problems += self._task_problems()
         self.methods: dict[str, dict] = {}
         origin: dict[str, str] = {}
+        self.sweep_points: dict[str, dict] = {}  # method -> its swept key -> value ({} unswept)
         for base, spec in config["methods"].items():
             expanded, found = expand_method(base, spec, schema)
             problems += found
+            sweep = spec.get("sweep") or {}
+            for m, point in zip(expanded, itertools.product(*sweep.values())):
+                self.sweep_points.setdefault(m["name"], {k: canonical(v) for k, v in zip(sweep, point)})
             for m in expanded:
                 if m["name"] in self.methods:
                     by = ("" if origin[m["name"]] == base else
@@ -252,6 +257,8 @@ class Campaign:
             if self.methods and other not in self.methods:
                 problems.append(f"also_speedup_against.{i}: {other!r} is not a method of this "
                                 f"campaign (methods: {', '.join(self.methods)})")
+        if not problems:
+            problems += self._table_problems(origin)
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
         self.origin = origin
@@ -266,6 +273,13 @@ class Campaign:
                 elif not (path / "config.json").is_file():
                     problems.append(f"backbones.{name}.path: {path} has no config.json")
         return problems
+
+    def _table_problems(self, origin: dict[str, str]) -> list[str]:
+        from .analysis.table_spec import table_problems
+
+        against = [self.config["reference_method"], *self.config.get("also_speedup_against", [])]
+        return [p for name, spec in self.config["tables"].items()
+                for p in table_problems(name, spec, origin, self.backbones, self.tasks, against)]
 
     def _task_problems(self) -> list[str]:
         from .tasks.registry import TASKS
@@ -291,6 +305,17 @@ class Campaign:
     def task_options(self, task: str) -> dict:
         """Loader options (everything but gen_length, which only generation reads)."""
         return {k: v for k, v in self.config["tasks"][task].items() if k != "gen_length"}
+
+    def sweeps(self) -> dict[str, dict]:
+        """Base methods whose sweep has two or more points: ``{base: {"keys": [swept keys],
+        "points": {method: [its value of each key]}}}``, in campaign order (sweep figures)."""
+        out: dict[str, dict] = {}
+        for name, base in self.origin.items():
+            point = self.sweep_points.get(name) or {}
+            if point:
+                entry = out.setdefault(base, {"keys": list(point), "points": {}})
+                entry["points"][name] = list(point.values())
+        return {b: e for b, e in out.items() if len(e["points"]) > 1}
 
     def needs_proxies(self, name: str) -> bool:
         """The method's generate jobs read the backbone's singular proxies

@@ -55,6 +55,12 @@ REJECTIONS = [
     ("methods/archer/name", "a-{cache.Q}", "methods.archer.name: template field {cache.Q}"),
     ("methods/llada-confidence/sampler/block_length", 3, "methods.llada-confidence.sampler.block_length"),
     ("backbones/toy/path", "/tmp", "backbones.toy: expected exactly one of `toy`"),
+    ("tables/t1", {"style": "table1"}, "tables.t1.style: 'table1' is not one of archer, spa"),
+    ("tables/t1", {"style": "archer", "rows": []}, "tables.t1.rows: unknown key"),
+    ("tables/t1", {"style": "archer", "methods": ["archer-k3"]},
+     "tables.t1.methods[0]: 'archer-k3' is neither a method nor a base method"),
+    ("tables/t1", {"style": "archer", "operating_points": {"toy_code": "archer-k1"}},
+     "tables.t1.operating_points.toy_arith: missing"),
 ]
 
 
