@@ -22,6 +22,7 @@ if TABLES:
                 for name, spec in TABLES.items()
             ],
         params:
+            out_dir=lambda w, output: os.path.dirname(output.csv[0]),
             tables=as_json(TABLES),
             # which base method each row comes from; the table's default axes
             campaign=as_json(
@@ -34,7 +35,7 @@ if TABLES:
             "../../envs/analysis.yaml"
         shell:
             "python -m dlmpipe tables --summary {input} --tables {params.tables:q}"
-            " --campaign {params.campaign:q} --out-dir {R}/tables > {log} 2>&1"
+            " --campaign {params.campaign:q} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule plot_sweeps:
