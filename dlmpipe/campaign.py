@@ -1,9 +1,11 @@
 """The campaign: config.yaml checked against its schema, defaults filled, sweeps expanded.
 
-The Snakefile calls this before any job runs. ``check_config`` applies the JSON schema
+The Snakefile builds one ``Campaign`` before any job runs: that is the campaign's only check.
+It first calls ``check_config``, which applies the JSON schema
 (``workflow/schemas/config.schema.yaml``) with the same default-filling validator Snakemake
-uses and reports *every* error by its dotted key (``methods.archer.cache.K``). ``Campaign``
-adds what a schema cannot say: checkpoint directories exist, tasks are registered, sweeps
+uses, fills the defaults into the config in place (the dict Snakemake's rules read) and reports
+*every* error by its dotted key (``methods.archer.cache.K``); then it checks what a schema
+cannot say: checkpoint directories exist, tasks are registered, sweeps
 expand into unique, readable method names, a cache can serve its sampler, blocks divide the
 generation length, and the reference method exists.
 
@@ -264,7 +266,8 @@ def block_problem(method: dict, gen_length: int) -> str | None:
 # the campaign
 # --------------------------------------------------------------------------------------
 class Campaign:
-    """A checked campaign: backbones, tasks and expanded methods, ready for the rules."""
+    """A checked campaign: backbones, tasks and expanded methods, ready for the rules.
+    ``config`` itself gets the schema's defaults (in place)."""
 
     def __init__(self, config: dict, schema_path: str | Path = SCHEMA, check_paths: bool = True,
                  source: str = "config"):

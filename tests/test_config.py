@@ -3,6 +3,7 @@ dlmpipe.campaign and when Snakemake parses the workflow (before any job runs).""
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 
@@ -108,6 +109,30 @@ def test_snakemake_validator_fills_the_same_nested_defaults(tiny_config):
     validate(theirs, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     assert theirs == ours
     assert theirs["methods"]["archer"]["cache"]["refresh"] == "distance"
+
+
+def test_jobs_see_the_schema_defaults(tmp_path, snakemake, tiny_config):
+    """The Snakefile's one check (Campaign) fills the defaults into the config the rules read:
+    each generate job's method and resources carry what Snakemake's own validator fills."""
+    from snakemake.utils import validate
+
+    theirs = copy.deepcopy(tiny_config)
+    validate(theirs, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    proc = snakemake(tmp_path, "-n", "-p", configfile=CONFIGS / "tiny.yaml")
+    jobs = re.findall(r"wildcards: backbone=toy, task=(\w+), method=([\w.+-]+)\n\s+resources: (.*)\n"
+                      r"Shell command: python -m dlmpipe generate .*--method '([^']*)'", proc.stdout)
+    assert len(jobs) == 6
+    for task, name, resources, method in jobs:
+        method = json.loads(method)
+        base = "archer" if name.startswith("archer") else name
+        spec = theirs["methods"][base]
+        assert method["sampler"] == spec["sampler"]
+        assert {k: v for k, v in method["cache"].items() if k != "K"} == {
+            k: v for k, v in spec["cache"].items() if k != "K"}
+        assert method["gen_length"] == theirs["tasks"][task]["gen_length"]
+        generate = theirs["resources"]["generate"]
+        assert f"runtime={generate['runtime']}, mem_mb={generate['mem_mb']}" in resources
+    assert theirs["methods"]["archer"]["sampler"]["max_steps_per_block"] == 1024  # a filled default
 
 
 def test_default_campaign_expands_readable_names():

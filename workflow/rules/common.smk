@@ -79,6 +79,11 @@ def generate_threads(wildcards=None):
     return 1 if generate_gpus() > 0 else workflow.cores
 
 
+def score_threads(wildcards=None):
+    """Programs a score job runs at once: all cores unless the campaign says."""
+    return RESOURCES["score"]["threads"] or workflow.cores
+
+
 def all_scores(wildcards=None):
     return [
         f"{R}/scores/{b}/{t}/{m}.parquet"

@@ -8,7 +8,7 @@ rule score:
         task=rules.generate.input.task,
     output:
         f"{R}/scores/{{backbone}}/{{task}}/{{method}}.parquet",
-    threads: RESOURCES["score"]["threads"] or workflow.cores
+    threads: score_threads
     resources:
         mem_mb=RESOURCES["score"]["mem_mb"],
         runtime=RESOURCES["score"]["runtime"],
