@@ -33,19 +33,16 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
+SCHEMA = "workflow/schemas/config.schema.yaml"
 CONFIG_SOURCE = " + ".join(
     [*map(str, workflow.configfiles)]
     + (["--config"] if workflow.config_settings.overwrite_config else [])
 )
-# The one check of the campaign, before any job: the JSON schema with Snakemake's default-filling
-# validator (defaults filled into `config` in place; every error at once, each named by its
-# dotted key, methods.archer.cache.K), then what a schema cannot say (checkpoint paths, task
-# names, sweeps, pairings, the reference method).
-CAMPAIGN = Campaign(
-    config,
-    os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml"),
-    source=CONFIG_SOURCE,
-)
+# One validation pass before any job: the schema (its sampler/cache blocks from
+# dlmpipe/registry.py) with Snakemake's default-filling validator, every error at once named by
+# its dotted key (methods.archer.cache.K); then what a schema cannot say: checkpoint paths, task
+# names, sweeps, pairings, the reference method. `config` is filled in place.
+CAMPAIGN = Campaign(config, os.path.join(workflow.basedir, SCHEMA), source=CONFIG_SOURCE)
 
 
 include: "workflow/rules/common.smk"

@@ -50,7 +50,8 @@ def worker(kind: str, threads: int, setup: str, checkpoint: str, amount: int) ->
             stats = train_toy(d, seed=0, steps=amount, threads=threads, log=lambda *_: None)
         return {"seconds": stats["train_seconds"] / amount, "unit": "s/step"}
     from dlmpipe.backbones.loading import load_backbone
-    from dlmpipe.generate import decode, encode_prompt
+    from dlmpipe.decode import decode
+    from dlmpipe.generate import encode_prompt
     from dlmpipe.methods import build_method
     from dlmpipe.tasks import load_task
 

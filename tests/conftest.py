@@ -1,30 +1,29 @@
-"""Shared fixtures: the repository, test campaigns, and a Snakemake runner."""
+"""Shared fixtures: one torch thread, test campaigns, a Snakemake runner, the trained toy.
+
+Helpers that are not fixtures live in tests/models.py (tiny models, decoding, hand-built
+logits), tests/workflow.py (running Snakemake, reading dry runs) and tests/checkpoints.py
+(checkpoints in the real on-disk formats).
+"""
 from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-CONFIGS = Path(__file__).resolve().parent / "configs"
+from .workflow import CONFIGS, REPO, fake_finished_run, run_snakemake  # noqa: F401  (re-exported)
 
 
-def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None,
-                  check: bool = True) -> subprocess.CompletedProcess:
-    """Run this repository's workflow in ``workdir`` (its own .snakemake and results)."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
-           "--directory", str(workdir), *args]
-    if configfile is not None:
-        cmd += ["--configfile", str(configfile)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one thread is fastest, and immune to a busy machine's oversubscription."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +47,14 @@ def write_config():
     return write
 
 
-DIRECTORY_RULES = {"train_toy", "plot"}  # rules whose output is a directory
+@pytest.fixture(scope="session")
+def toy_backbone(tmp_path_factory):
+    """The toy backbone trained briefly (40 steps), loaded."""
+    from dlmpipe.backbones import load_backbone
+
+    from .models import toy_checkpoint_dir
+
+    return load_backbone(toy_checkpoint_dir(tmp_path_factory.mktemp("toy")))
 
 
 def _real_commands_available() -> bool:
@@ -59,28 +65,19 @@ def _real_commands_available() -> bool:
 
 
 @pytest.fixture(scope="session")
-def finished_run(tmp_path_factory, snakemake):
+def finished_run(tmp_path_factory):
     """A workdir holding a finished run of the tiny campaign, shared by the tests that read one
-    (they must not change it). Real (the tiny campaign, trained and decoded in seconds) when the
-    generate and score commands are importable, otherwise faked: every output created empty and
-    then ``snakemake --touch --forceall`` records the metadata a real run would (params
-    included). ``DLMPIPE_DAG_TOUCH=1`` forces the fake."""
+    (they must not change its outputs): real (trained and decoded in seconds) when the generate
+    and score commands are importable, otherwise ``fake_finished_run``. ``DLMPIPE_DAG_TOUCH=1``
+    forces the fake."""
     workdir = tmp_path_factory.mktemp("finished")
     config = CONFIGS / "tiny.yaml"
     if _real_commands_available():
-        snakemake(workdir, "--cores", "2", configfile=config)
+        run_snakemake(workdir, "--cores", "2", configfile=config)
         assert (workdir / "results" / "summary.csv").is_file()
         assert list((workdir / "results" / "plots").glob("pareto_*.png"))
     else:
-        summary = snakemake(workdir, "--summary", configfile=config).stdout
-        for line in summary.splitlines()[1:]:
-            path, rule = line.split("\t")[0], line.split("\t")[2]
-            if rule in DIRECTORY_RULES:
-                (workdir / path).mkdir(parents=True, exist_ok=True)
-            else:
-                (workdir / path).parent.mkdir(parents=True, exist_ok=True)
-                (workdir / path).touch()
-        snakemake(workdir, "--touch", "--forceall", "--cores", "1", configfile=config)
-    proc = snakemake(workdir, "-n", configfile=config)
+        fake_finished_run(workdir, config)
+    proc = run_snakemake(workdir, "-n", configfile=config)
     assert "Nothing to be done" in proc.stdout + proc.stderr
     return workdir

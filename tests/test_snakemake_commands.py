@@ -21,8 +21,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .conftest import CONFIGS, REPO, run_snakemake
-from .test_workflow_dag import expected_counts, job_counts
+from .workflow import CONFIGS, REPO, expected_counts, job_counts, run_snakemake
 
 CAMPAIGNS = {"default": REPO / "config.yaml", "campaign-file": CONFIGS / "tiny.yaml"}
 COMMANDS = {"dag": ["--dag"], "rulegraph": ["--rulegraph"], "summary": ["--summary"],
