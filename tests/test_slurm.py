@@ -23,7 +23,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .workflow import REPO, job_blocks, run_snakemake
+from .workflow import CONFIGS, REPO, job_blocks, run_snakemake
 
 PROFILE = REPO / "profiles" / "slurm"
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
