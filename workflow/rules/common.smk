@@ -79,6 +79,11 @@ def generate_threads(wildcards=None):
     return 1 if generate_gpus() > 0 else workflow.cores
 
 
+def score_threads(wildcards=None):
+    """Programs a score job runs at once: all cores unless the campaign says."""
+    return RESOURCES["score"]["threads"] or workflow.cores
+
+
 def score_sandbox():
     """The isolation level of score jobs: config `sandbox`, else $DLMPIPE_SANDBOX, else bwrap.
     Resolved here and passed as a param, so a change reruns the score jobs; whether the level
