@@ -18,7 +18,7 @@ MATH_INSTRUCTION = ("{problem}\nPlease reason step by step, and put your final a
 def load_gsm8k(source: str | None = None, fewshot: int = 0, fewshot_source: str | None = None,
                **_) -> list[dict]:
     """GSM8K test split; the reference is the number after ``####``."""
-    from .extract import gsm8k_strict
+    from ..scoring.extraction import gsm8k_strict
 
     src = resolve_source("gsm8k", source)
     shots = _fewshot_block(fewshot, fewshot_source)
@@ -38,7 +38,7 @@ def load_gsm8k(source: str | None = None, fewshot: int = 0, fewshot_source: str 
 
 def load_math500(source: str | None = None, **_) -> list[dict]:
     """MATH-500 (local jsonl: problem, answer or solution, unique_id)."""
-    from .extract import last_boxed
+    from ..scoring.extraction import last_boxed
 
     src = resolve_source("math500", source)
     out = []
