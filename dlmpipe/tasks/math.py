@@ -15,8 +15,8 @@ MATH_INSTRUCTION = ("{problem}\nPlease reason step by step, and put your final a
                     "\\boxed{{}}.")
 
 
-def load_gsm8k(source: str | None = None, fewshot: int = 0, fewshot_source: str | None = None,
-               **_) -> list[dict]:
+def load_gsm8k(source: str | None = None, fewshot: int = 0,
+               fewshot_source: str | None = None) -> list[dict]:
     """GSM8K test split; the reference is the number after ``####``."""
     from ..scoring.extraction import gsm8k_strict
 
@@ -36,8 +36,9 @@ def load_gsm8k(source: str | None = None, fewshot: int = 0, fewshot_source: str 
     return out
 
 
-def load_math500(source: str | None = None, **_) -> list[dict]:
-    """MATH-500 (local jsonl: problem, answer or solution, unique_id)."""
+def load_math500(source: str | None = None) -> list[dict]:
+    """MATH-500 (``HuggingFaceH4/MATH-500``'s test.jsonl: problem, solution, answer, subject, level,
+    unique_id; the answer from the solution's last ``\\boxed{}`` when the record has none)."""
     from ..scoring.extraction import last_boxed
 
     src = resolve_source("math500", source)
@@ -49,7 +50,8 @@ def load_math500(source: str | None = None, **_) -> list[dict]:
             raise ValueError(f"math500: malformed data file {src}: record {n} has no answer")
         out.append({"task_id": str(r.get("unique_id") or f"math500/{n}"),
                     "prompt": MATH_INSTRUCTION.format(problem=r["problem"]), "kind": "math",
-                    "answer": str(answer), "code_prefix": "", "test": "", "entry_point": ""})
+                    "answer": str(answer), "code_prefix": "", "test": "", "entry_point": "",
+                    "subtask": str(r.get("subject") or "")})
     return out
 
 
