@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
 from .backbones.model import Backbone
 from .engine.base import Cache
+from .io import atomic_write_json, atomic_write_parquet, atomic_write_text
 from .samplers.base import Sampler
 from .shards import shard_range  # noqa: F401  (re-exported: the shard a job decodes)
 
@@ -112,8 +112,7 @@ class Journal:
         if path.exists():
             self._load()
         if not self.rows:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"identity": identity}) + "\n")
+            atomic_write_text(path, json.dumps({"identity": identity}) + "\n")
 
     def _load(self) -> None:
         lines = self.path.read_text().split("\n")
@@ -133,9 +132,8 @@ class Journal:
             self.rows[row["sample_index"]] = row
         if self.rows and not complete:
             # drop the partial line, or the next append would extend it into an unreadable one
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in [header, *self.rows.values()]))
-            os.replace(tmp, self.path)
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n"
+                                                 for r in [header, *self.rows.values()]))
 
     def append(self, row: dict) -> None:
         with open(self.path, "a") as f:
@@ -153,13 +151,6 @@ GENERATION_SCHEMA = pa.schema([
     ("task", pa.string()), ("method", pa.string()), ("sampler", pa.string()),
     ("cache", pa.string()), ("params", pa.string()), ("stats", pa.string()),
 ])
-
-
-def write_parquet_atomic(rows: list[dict], schema: pa.Schema, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    os.replace(tmp, out)
 
 
 def git_revision() -> str:
@@ -240,9 +231,6 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
                 "params": params, "stats": json.dumps(st)})
 
     final = [journal.rows[i] for i in indices]
-    write_parquet_atomic(final, GENERATION_SCHEMA, out_path)
-    prov = Path(provenance)
-    prov_tmp = prov.with_name(prov.name + ".tmp")
-    prov_tmp.write_text(json.dumps(provenance_record(seed, config_hash, man, method, dev), indent=2))
-    os.replace(prov_tmp, prov)
+    atomic_write_parquet(out_path, pa.Table.from_pylist(final, schema=GENERATION_SCHEMA))
+    atomic_write_json(provenance, provenance_record(seed, config_hash, man, method, dev))
     journal.path.unlink(missing_ok=True)

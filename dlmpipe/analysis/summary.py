@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pandas as pd
 
+from ..io import atomic_write
 from .pareto import pareto_mask
 
 KEYS = ["backbone", "task", "method"]
@@ -137,16 +137,9 @@ def verdicts_by_rule(scores: pd.DataFrame) -> pd.Series | None:
     return scores.groupby(KEYS, sort=False).apply(counts, include_groups=False)
 
 
-def _write_atomic(out: Path, write) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, out)
-
-
 def summarize(scores: list[str], reference: str, out_parquet: str, out_csv: str,
               also_against: list[str] = ()) -> pd.DataFrame:
     table = summary_table(read_scores(scores), reference, also_against)
-    _write_atomic(Path(out_parquet), lambda p: table.to_parquet(p, index=False))
-    _write_atomic(Path(out_csv), lambda p: table.to_csv(p, index=False, float_format="%.6g"))
+    atomic_write(out_parquet, lambda p: table.to_parquet(p, index=False))
+    atomic_write(out_csv, lambda p: table.to_csv(p, index=False, float_format="%.6g"))
     return table

@@ -86,11 +86,10 @@ def read_value_weights(checkpoint: str | Path) -> list[Tensor]:
 
 def write_proxies(manifest: str | Path, out: str | Path) -> dict:
     """The SVD job: read the manifest's checkpoint, write ``proxies.safetensors`` atomically."""
-    import os
-
     from safetensors.torch import save_file
 
     from ..backbones.manifest import read_manifest
+    from ..io import atomic_write
 
     man = read_manifest(manifest)
     s_all, bt_all = value_svd(read_value_weights(man["path"]))
@@ -101,11 +100,7 @@ def write_proxies(manifest: str | Path, out: str | Path) -> dict:
     metadata = {"format": FORMAT, "backbone": man["name"], "fingerprint": str(man.get("fingerprint")),
                 "family": man.get("family", ""), "n_layers": str(len(s_all)),
                 "rank": str(min(s.shape[0] for s in s_all)), "d_model": str(bt_all[0].shape[1])}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    os.replace(tmp, out)
+    atomic_write(out, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
     return metadata
 
 

@@ -11,10 +11,10 @@ pass@1 summary (mean over tasks of the fraction of passing samples) goes to stdo
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from pathlib import Path
 
+from ..io import atomic_write_text
 from ..tasks.registry import load_task
 from .code import Settings
 from .score import score_many
@@ -77,13 +77,7 @@ def score_samples(task: str, samples: str | Path, out: str | Path, workers: int 
             out_row.update(extracted=res["extracted"], extraction_rule=res["extraction_rule"])
         scored.append(out_row)
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in scored:
-            f.write(json.dumps(row) + "\n")
-    os.replace(tmp, out)
+    atomic_write_text(out, "".join(json.dumps(row) + "\n" for row in scored))
     print(summary(task, scored))
     return scored
 

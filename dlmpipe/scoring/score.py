@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..io import atomic_write_parquet
 from ..tasks.registry import read_task_table
 from .answers import ANSWER_KINDS, check_answer
 from .code import Settings, score_code
@@ -62,15 +63,6 @@ def score_many(pairs: list[tuple[dict, str]], workers: int = 0, settings: Settin
     return results
 
 
-def _atomic_write(table: pa.Table, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in out.parent.glob(f".{out.name}.*.tmp"):
-        stale.unlink(missing_ok=True)  # left by a killed run
-    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
-
-
 def score_generations(generations_path: str | Path, task_file: str | Path, out: str | Path,
                       workers: int = 0, options: dict | None = None) -> None:
     """Write ``scores/{b}/{t}/{method}.parquet``: the generations columns plus ``passed``,
@@ -98,4 +90,4 @@ def score_generations(generations_path: str | Path, task_file: str | Path, out: 
     for name, dtype in fields:
         table = table.append_column(pa.field(name, dtype),
                                     pa.array([r.get(name) for r in results], type=dtype))
-    _atomic_write(table, Path(out))
+    atomic_write_parquet(out, table)

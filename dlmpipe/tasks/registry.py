@@ -12,6 +12,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..io import atomic_write_parquet
 from .benchmarks import LOADERS
 from .toy import make_examples
 
@@ -70,13 +71,9 @@ def load_task(name: str, **options) -> list[dict]:
 
 
 def write_task_table(rows: list[dict], out: str | Path) -> None:
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     columns = TASK_COLUMNS + [c for c in OPTIONAL_COLUMNS if rows and c in rows[0]]
     table = pa.Table.from_pylist(rows, schema=pa.schema([(c, pa.string()) for c in columns]))
-    tmp = out.with_suffix(".tmp.parquet")
-    pq.write_table(table, tmp)
-    tmp.replace(out)
+    atomic_write_parquet(out, table)
 
 
 def read_task_table(path: str | Path) -> list[dict]:
