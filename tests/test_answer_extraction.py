@@ -87,6 +87,8 @@ MATH = [
     ("\\boxed{16 \\text{ people}}", "16", True, "boxed"),
     ("\\boxed{2\\sqrt{3}}", "\\sqrt{12}", True, "boxed"),
     ("The area is $12$ square units. The answer is 12.", "12", True, "answer is"),
+    ("So $\\boxed{\\frac{3}{4}}$, which is 0.75 of the whole, not 1.", "\\frac{3}{4}", True, "boxed"),
+    ("First $\\boxed{\\frac{3}{4}}$; on second thought $\\boxed{1}$.", "\\frac{3}{4}", False, "boxed"),
 ]
 
 
@@ -114,6 +116,7 @@ FINQA = [
     ("The change is -3.49%.", "-0.0349", True, "last number"),
     ("The change is 3.49%.", "-0.0349", False, "last number"),
     ("The answer is 3.", "3.4", False, "answer is"),  # one significant digit is no answer to 3.4
+    ("The answer is 14.1%. Correction: the answer is 15%.", "0.14136", False, "answer is"),
 ]
 
 
@@ -195,6 +198,8 @@ LABELS = [
     (["valid", "invalid"], "So the answer is invalid.", "valid", False, "answer is"),
     (["valid", "invalid"], "So the answer is valid.", "valid", True, "answer is"),
     (["Yes", "No"], "So the answer is no.", "No", True, "answer is"),
+    (["yes", "no", "maybe"], "The answer is yes. Actually, the answer is no.", "yes", False,
+     "answer is"),
 ]
 
 
@@ -213,6 +218,8 @@ TEXT = [
     ("So the answer is: apple banana cherry.", "apple banana cherry", True, "answer is"),
     ("So the answer is apple cherry banana.", "apple banana cherry", False, "answer is"),
     ("apple banana cherry", "apple banana cherry", False, "none"),
+    ("So the answer is ] ] ). Then ( is opened again.", "] ] )", True, "answer is"),
+    ("So the answer is ] ] ).\nNo, so the answer is ] ).", "] ] )", False, "answer is"),
 ]
 
 

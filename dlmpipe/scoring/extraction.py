@@ -127,13 +127,13 @@ def extract_label(text: str, labels: list[str]) -> Extracted:
 
 def extract_text(text: str) -> Extracted:
     """A free-form answer (BBH's Dyck languages, word sorting): boxed, "answer is", "answer:";
-    the rest of the line, without a final period (BBH's "So the answer is X.")."""
+    the rest of the sentence (BBH's "So the answer is X.")."""
     text = response_text(text)
     boxed = _last(_boxed_contents(text), lambda s: _unwrap(s).strip() or None)
     if boxed is not None:
         return Extracted(boxed, "boxed")
     for rule, marker in _CHOICE_MARKERS:
-        found = _last(_spans(text, marker, sentence=False), _text_span)
+        found = _last(_spans(text, marker), _text_span)
         if found is not None:
             return Extracted(found, rule)
     return NONE
@@ -163,14 +163,14 @@ def response_text(text: str) -> str:
     return text[:m.start()] if m else text
 
 
-def _spans(text: str, marker: re.Pattern, sentence: bool = True) -> list[str]:
-    """The text after each occurrence of ``marker``, up to the end of its sentence (or line);
+def _spans(text: str, marker: re.Pattern) -> list[str]:
+    """The text after each occurrence of ``marker``, up to the end of its sentence;
     blank lines after a marker that ends its line are skipped ("**Final Answer**\\n\\n42")."""
     spans = []
     for m in marker.finditer(text):
         rest = text[m.end():]
         rest = rest[_SPAN_OPENING.match(rest).end():]
-        end = _SENTENCE_END.search(rest) if sentence else re.search(r"\n", rest)
+        end = _SENTENCE_END.search(rest)
         spans.append(rest[:end.start()] if end else rest)
     return spans
 
