@@ -15,7 +15,7 @@ import pytest
 from dlmpipe.cli import main as cli
 from dlmpipe.scoring.code import Settings, parse_test
 from dlmpipe.scoring.score import score_sample
-from dlmpipe.tasks.benchmarks import DATA_ENV, data_dirs, resolve_source
+from dlmpipe.tasks.sources import DATA_ENV, data_dirs, resolve_source
 from dlmpipe.tasks.extract import defines
 from dlmpipe.tasks.livecodebench import pickled_string
 from dlmpipe.tasks.registry import TASK_COLUMNS, TASKS, load_task

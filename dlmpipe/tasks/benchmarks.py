@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .code import (humaneval_package_file, load_humaneval, load_humaneval_et,  # noqa: F401
-                   load_humaneval_plus, load_mbpp, load_mbpp_et, load_mbpp_plus)
 from .bbh import load_bbh
+from .code import (load_humaneval, load_humaneval_et, load_humaneval_plus, load_mbpp,
+                   load_mbpp_et, load_mbpp_plus)
 from .document_qa import load_finqa, load_pubmedqa, load_pubmedqa_test
 from .livecodebench import load_livecodebench
 from .math import load_gsm8k, load_math500
 from .multiple_choice import load_gpqa_diamond, load_gpqa_main, load_mmlu_pro
-from .sources import DATA_ENV, data_dirs, resolve_source  # noqa: F401
-
-__all__ = ["LOADERS", "DATA_ENV", "data_dirs", "humaneval_package_file", "resolve_source"]
 
 LOADERS: dict[str, Callable[..., list[dict]]] = {
     "humaneval": load_humaneval,
