@@ -6,7 +6,10 @@ CORES ?= all
 setup:
 	@bash scripts/setup.sh
 
+# The sandbox check stops the campaign before any job (not after generation) where scoring could
+# not run: bubblewrap missing or broken and no opt-in (`sandbox: process`, DLMPIPE_SANDBOX).
 campaign: setup
+	.venv/bin/python -m dlmpipe check-sandbox -- $(ARGS)
 	.venv/bin/snakemake --cores $(CORES) $(ARGS)
 
 report: setup

@@ -17,8 +17,7 @@ import time
 import torch
 
 from dlmpipe.backbones.model import Backbone, BackboneConfig
-from dlmpipe.engine.archer import ArcherCache
-from dlmpipe.engine.full import FullRecompute
+from dlmpipe.methods import build_cache
 
 
 def build(d_model: int, n_layers: int, vocab: int, dtype: torch.dtype, device: str) -> Backbone:
@@ -70,9 +69,9 @@ def main() -> None:
     for P in (int(p) for p in a.prompts.split(",")):
         x = torch.randint(0, a.vocab - 1, (P + G,), device=a.device)
         x[P + G // 2:] = a.vocab - 1
-        full = FullRecompute(model)
+        full = build_cache({"name": "none"}, model)
         full.begin(x, P)
-        archer = ArcherCache(model, K="inf")
+        archer = build_cache({"name": "archer", "K": "inf"}, model)
         archer.begin(x, P)
         archer.response_logits(x, (0, G))  # builds the prompt K/V
         t_full = timed(lambda: full.response_logits(x, (0, G)), a.device, a.reps)

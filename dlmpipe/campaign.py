@@ -1,11 +1,12 @@
 """The campaign: config.yaml checked against its schema, defaults filled, sweeps expanded.
 
-The Snakefile calls this before any job runs. ``check_config`` applies the JSON schema
-(``workflow/schemas/config.schema.yaml``) with the same default-filling validator Snakemake
-uses and reports *every* error by its dotted key (``methods.archer.cache.K``). ``Campaign``
-adds what a schema cannot say: checkpoint directories exist, tasks are registered, sweeps
-expand into unique, readable method names, a cache can serve its sampler, blocks divide the
-generation length, and the reference method exists.
+The Snakefile builds a ``Campaign`` before any job runs: one pass that applies the JSON schema
+(``workflow/schemas/config.schema.yaml``, its sampler/cache blocks generated from
+``dlmpipe.registry``) with the default-filling validator Snakemake uses, reporting *every*
+error by its dotted key (``methods.archer.cache.K``), then adds what a schema cannot say:
+checkpoint directories exist, tasks are registered, sweeps expand into unique, readable method
+names, a cache can serve its sampler, blocks divide the generation length, and the reference
+method exists.
 
 ``python -m dlmpipe.campaign [config.yaml ...]`` prints the expanded campaign.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import math
 import re
 import sys
 from pathlib import Path
@@ -22,27 +22,12 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from . import registry
+from .registry import canonical
+
 SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 TEMPLATE_FIELD = re.compile(r"\{([^{}]*)\}")
-
-# Which response rows get fresh logits at every step. A sampler that reads the logits of every
-# response row (rollback re-scores visible tokens) cannot run over a cache that leaves rows
-# without logits (dKV-Cache caches decoded rows and gives them no queries; Fast-dLLM computes
-# the current block only). Keep in step with ``needs_all_rows`` / ``serves_all_rows`` in
-# dlmpipe.methods (tests/test_config.py checks).
-CACHE_LOGIT_ROWS = {"none": "all_rows", "archer": "all_rows",
-                    "fast_dllm_prefix": "block_rows", "fast_dllm_dual": "block_rows",
-                    "dkv_decode": "masked_rows", "dkv_greedy": "masked_rows",
-                    "spa": "all_rows", "dllm_cache": "all_rows"}
-SAMPLER_LOGIT_ROWS = {"llada_confidence": "masked_rows", "saber": "all_rows",
-                      "threshold": "masked_rows", "factor": "masked_rows",
-                      "random_order": "masked_rows"}
-SERVES = {"all_rows": {"all_rows", "block_rows", "masked_rows"},
-          "block_rows": {"block_rows", "masked_rows"}, "masked_rows": {"masked_rows"}}
-ROWS_MEANING = {"all_rows": "every response row (visible ones too)",
-                "block_rows": "the rows of the current block",
-                "masked_rows": "the masked rows of the current block"}
 
 
 class ConfigError(ValueError):
@@ -57,7 +42,10 @@ class ConfigError(ValueError):
 # schema: validation with defaults, errors named by dotted key
 # --------------------------------------------------------------------------------------
 def load_schema(path: str | Path = SCHEMA) -> dict:
-    return yaml.safe_load(Path(path).read_text())
+    """The config schema with the sampler/cache blocks of every registered method installed."""
+    schema = yaml.safe_load(Path(path).read_text())
+    schema.setdefault("$defs", {}).update(registry.schema_defs())
+    return schema
 
 
 def _default_filling(validator_class):
@@ -159,15 +147,6 @@ def check_config(config: dict, schema_path: str | Path = SCHEMA, source: str = "
 # --------------------------------------------------------------------------------------
 # methods: sweeps -> concrete, named methods
 # --------------------------------------------------------------------------------------
-def canonical(value):
-    """Builtin, JSON-safe parameter values: infinity is the string "inf"."""
-    if isinstance(value, float) and math.isinf(value) and value > 0:
-        return "inf"
-    if isinstance(value, str) and value.lower() in (".inf", "inf", "infinity"):
-        return "inf"
-    return value
-
-
 def name_part(value) -> str:
     if isinstance(value, bool) or value is None:
         return str(value).lower()
@@ -231,35 +210,6 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
     return methods, problems
 
 
-def pairing_problem(method: dict) -> str | None:
-    sampler, cache = method["sampler"]["name"], method["cache"]["name"]
-    needs, gives = SAMPLER_LOGIT_ROWS[sampler], CACHE_LOGIT_ROWS[cache]
-    if needs not in SERVES[gives]:
-        return (f"cache {cache!r} gives fresh logits only for {ROWS_MEANING[gives]}; sampler "
-                f"{sampler!r} reads {ROWS_MEANING[needs]} at every step")
-    return None
-
-
-def needs_proxies(method: dict) -> bool:
-    """Whether the method reads its backbone's singular proxies (``backbones/{b}/proxies.safetensors``,
-    written by the svd rule): SPA-Cache with the singular identifier."""
-    cache = method["cache"]
-    return cache["name"] == "spa" and cache.get("identifier", "singular") == "singular"
-
-
-def block_problem(method: dict, gen_length: int) -> str | None:
-    """LLaDA's block schedule: blocks tile the response, steps split evenly over blocks."""
-    s = method["sampler"]
-    block = s.get("block_length") or gen_length
-    if gen_length % block:
-        return f"sampler.block_length: {block} does not divide gen_length {gen_length}"
-    steps = s.get("steps") if s["name"] in ("llada_confidence", "random_order") else None
-    if steps is not None and steps % (gen_length // block):
-        return (f"sampler.steps: {steps} is not a multiple of the {gen_length // block} blocks "
-                f"(gen_length {gen_length} / block_length {block})")
-    return None
-
-
 # --------------------------------------------------------------------------------------
 # the campaign
 # --------------------------------------------------------------------------------------
@@ -288,10 +238,10 @@ class Campaign:
                                     "naming every swept key")
                     continue
                 self.methods[m["name"]], origin[m["name"]] = m, base
-                if (p := pairing_problem(m)):
+                if (p := registry.pairing_problem(m["sampler"]["name"], m["cache"]["name"])):
                     problems.append(f"methods.{base}: {p}")
                 for task, opts in config["tasks"].items():
-                    if (p := block_problem(m, opts["gen_length"])):
+                    for p in registry.gen_length_problems(m, opts["gen_length"]):
                         problems.append(f"methods.{base}.{p} (method {m['name']}, "
                                         f"tasks.{task}.gen_length)")
         ref = config["reference_method"]
@@ -350,8 +300,9 @@ class Campaign:
         return {k: v for k, v in self.config["tasks"][task].items() if k != "gen_length"}
 
     def needs_proxies(self, name: str) -> bool:
-        """The method's generate jobs read the backbone's proxies file (svd rule)."""
-        return needs_proxies(self.methods[name])
+        """The method's generate jobs read the backbone's singular proxies
+        (``backbones/{b}/proxies.safetensors``, written by the svd rule)."""
+        return "proxies" in registry.artifacts(self.methods[name])
 
     def method(self, name: str, task: str) -> dict:
         """The concrete method a generate job decodes with: name, sampler, cache, gen_length."""

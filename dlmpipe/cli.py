@@ -52,27 +52,68 @@ def _merge_generations(a: argparse.Namespace) -> None:
 def _score(a: argparse.Namespace) -> None:
     from .scoring.score import score_generations
 
-    score_generations(a.generations, a.task_file, a.out, workers=a.workers)
+    score_generations(a.generations, a.task_file, a.out, workers=a.workers, sandbox=a.sandbox)
 
 
 def _score_samples(a: argparse.Namespace) -> None:
     from .scoring.samples import score_samples
 
     score_samples(task=a.task, samples=a.samples, out=a.out, workers=a.workers,
-                  options=json.loads(a.options))
+                  options=json.loads(a.options), sandbox=a.sandbox)
+
+
+def _check_sandbox(a: argparse.Namespace) -> None:
+    """The campaign's sandbox level, resolved as Snakemake and the score rule resolve it:
+    ``--config sandbox=...``, else the last ``--configfile`` (default config.yaml) that sets
+    it, else $DLMPIPE_SANDBOX, else bwrap; then checked here (SandboxUnavailable: exit 2)."""
+    import yaml
+
+    from .scoring.levels import isolation, level_caveats, weaker_than_bwrap
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--configfile", "--configfiles", nargs="+", action="extend", default=[])
+    p.add_argument("--config", "-C", nargs="+", action="extend", default=[])
+    known, _ = p.parse_known_args([x for x in a.snakemake_args if x != "--"])
+    level = None
+    for path in known.configfile or ["config.yaml"]:
+        with open(path, encoding="utf-8") as f:
+            level = (yaml.safe_load(f) or {}).get("sandbox", level)
+    for item in known.config:
+        key, _, value = item.partition("=")
+        if key == "sandbox":
+            level = yaml.safe_load(value)
+    iso = isolation(level)
+    print(f"dlmpipe check-sandbox: scoring will use {iso.level} ({iso.variant}, {iso.python})")
+    if weaker_than_bwrap(iso.level):
+        print(f"WARNING: {iso.level} is weaker than bubblewrap: {level_caveats(iso.level)} "
+              "(docs/SCORING.md)")
 
 
 def _summarize(a: argparse.Namespace) -> None:
     from .analysis.summary import summarize
 
-    summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet, out_csv=a.out_csv,
-              also_against=a.also_against)
+    table = summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet,
+                      out_csv=a.out_csv, also_against=a.also_against)
+    if a.out_isolation:
+        from .analysis.isolation import write_isolation_note
+
+        write_isolation_note(table, a.out_isolation)
 
 
 def _plot(a: argparse.Namespace) -> None:
     from .analysis.plots import plot_pareto
 
     plot_pareto(a.summary, a.out_dir)
+
+
+def _sandbox_option(s: argparse.ArgumentParser) -> None:
+    from .scoring.levels import LEVELS
+
+    s.add_argument("--sandbox", choices=LEVELS, default=None,
+                   help="isolation of untrusted code (default: $DLMPIPE_SANDBOX, else bwrap, which "
+                   "must work); 'process' opts in to the weaker level where bubblewrap is "
+                   "unavailable, 'auto' to bwrap where it works and process elsewhere "
+                   "(docs/SCORING.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task-file", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--workers", type=int, default=0, help="parallel programs (0: all cores)")
+    _sandbox_option(s)
     s.set_defaults(func=_score)
 
     s = sub.add_parser("score-samples", help="score external EvalPlus-style samples")
@@ -141,7 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--workers", type=int, default=0)
     s.add_argument("--options", default="{}", help="JSON task loader options (source, limit, ids)")
+    _sandbox_option(s)
     s.set_defaults(func=_score_samples)
+
+    s = sub.add_parser("check-sandbox", help="check that the campaign's sandbox works here "
+                       "(no generated code runs); `make campaign` runs it before Snakemake")
+    s.add_argument("snakemake_args", nargs=argparse.REMAINDER,
+                   help="after --: the Snakemake arguments (--configfile, --config sandbox=...)")
+    s.set_defaults(func=_check_sandbox)
 
     s = sub.add_parser("summarize", help="one summary row per (backbone, task, method)")
     s.add_argument("--scores", nargs="+", required=True)
@@ -149,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--also-against", nargs="*", default=[], help="extra speedup references")
     s.add_argument("--out-parquet", required=True)
     s.add_argument("--out-csv", required=True)
+    s.add_argument("--out-isolation", default="", help="HTML page for the report: the rows "
+                   "scored under a sandbox weaker than bubblewrap, or the all-clear")
     s.set_defaults(func=_summarize)
 
     s = sub.add_parser("plot", help="quality-vs-speedup Pareto plots per (backbone, task)")
@@ -160,8 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from .scoring.levels import SandboxUnavailable
+
     try:
         args.func(args)
+    except SandboxUnavailable as e:
+        print(f"dlmpipe {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError) as e:
         from .backbones.loading import CheckpointError
 

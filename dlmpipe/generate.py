@@ -1,7 +1,6 @@
-"""The decode loop (sampler <-> cache) and the resumable generation job.
+"""The resumable generation job: a task decoded with one method (the loop itself: decode.py).
 
-``decode`` is the whole per-sample algorithm: the cache computes response logits, the sampler
-updates the response, until the sampler is done. ``run_generation_job`` loads the model once,
+``run_generation_job`` loads the model once,
 decodes every sample of a task (or of one shard of it), journals each finished sample so a
 killed job resumes without losing or duplicating samples, and writes the generations parquet
 and a provenance file atomically.
@@ -15,52 +14,14 @@ import platform
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import torch
-from torch import Tensor
 
-from .backbones.model import Backbone
-from .engine.base import Cache
+from .decode import DecodeResult, decode
 from .io import atomic_write_json, atomic_write_parquet, atomic_write_text
-from .samplers.base import Sampler
 from .shards import shard_range  # noqa: F401  (re-exported: the shard a job decodes)
-
-
-@dataclass
-class DecodeResult:
-    response: Tensor              # [G] final response token ids
-    time_s: float                 # synchronized wall time of the whole generation
-    stats: dict = field(default_factory=dict)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@torch.inference_mode()
-def decode(model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor, gen_len: int,
-           generator: torch.Generator | None = None) -> DecodeResult:
-    """Decode one sample: ``prompt_ids [P]`` -> response ``[G]`` (batch size 1)."""
-    device = model.device
-    P = prompt_ids.shape[0]
-    x = torch.cat([prompt_ids.to(device),
-                   torch.full((gen_len,), model.cfg.mask_id, dtype=torch.long, device=device)])
-    _sync(device)
-    start = time.perf_counter()
-    sampler.begin(P, gen_len, model.cfg.mask_id, generator)
-    cache.begin(x, P)
-    while not sampler.done:
-        cache.note_due_positions(sampler.due_positions())
-        logits = cache.response_logits(x, sampler.block)
-        sampler.step(x, logits)
-    _sync(device)
-    elapsed = time.perf_counter() - start
-    stats = {**sampler.stats(), **cache.stats.as_dict(), **cache.extra_stats()}
-    return DecodeResult(response=x[P:].cpu(), time_s=elapsed, stats=stats)
 
 
 def cut_at_stop(ids: list[int], stop_ids: list[int]) -> list[int]:
@@ -200,12 +161,11 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     if todo:
         loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
         model, tok = loaded.model, loaded.tokenizer
-        built = method
+        artifacts = {}
         if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
             from .engine.proxies import load_proxies
-            built = {**method, "cache": {**method["cache"],
-                                         "proxies": load_proxies(proxies, man.get("fingerprint"))}}
-        sampler, cache = build_method(built, model)
+            artifacts["proxies"] = load_proxies(proxies, man.get("fingerprint"))
+        sampler, cache = build_method(method, model, artifacts)
         stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
         params = json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
 

@@ -11,16 +11,21 @@ VENV=.venv
 stamp=$VENV/.dlmpipe-installed
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $TORCH_SPEC"
 
-# System packages: bubblewrap (sandboxed scoring) and a system python3 the sandbox's
-# unprivileged uid can execute. Without them scoring falls back to a weaker, recorded mode.
+# System packages: bubblewrap (sandboxed scoring), a system python3 the sandbox's unprivileged
+# uid can execute, and libseccomp (the seccomp layer of the opt-in process level). Scoring
+# requires bubblewrap: without it `make campaign` and every score job stop before running any
+# generated code, unless the campaign opts in to the weaker process level (docs/SCORING.md).
 if ! command -v bwrap >/dev/null 2>&1 || [ ! -x /usr/bin/python3 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing bubblewrap and python3 with apt-get"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap python3 >/dev/null) \
-      || echo "setup: warning: apt-get failed; scoring will use the weaker 'process' isolation"
+    echo "setup: installing bubblewrap, python3 and libseccomp2 with apt-get"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap python3 libseccomp2 >/dev/null) \
+      || echo "setup: warning: apt-get could not install bubblewrap; scoring will refuse to run" \
+              "until it is installed ('sudo apt-get install bubblewrap') or the campaign opts in to" \
+              "the weaker isolation ('sandbox: process' in config.yaml, docs/SCORING.md)"
   else
-    echo "setup: bubblewrap not found and not root: install it (e.g. 'sudo apt-get install bubblewrap')" \
-         "for full sandboxing; scoring falls back to the weaker 'process' isolation meanwhile"
+    echo "setup: warning: bubblewrap not found and not root: install it ('sudo apt-get install" \
+         "bubblewrap'); until then scoring refuses to run unless the campaign opts in to the" \
+         "weaker isolation ('sandbox: process' in config.yaml, docs/SCORING.md)"
   fi
 fi
 

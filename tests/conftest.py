@@ -1,28 +1,27 @@
-"""Shared fixtures: the repository, test campaigns, and a Snakemake runner."""
+"""Shared fixtures: one torch thread, test campaigns, a Snakemake runner, the trained toy.
+
+Helpers that are not fixtures live in tests/models.py (tiny models, decoding, hand-built
+logits), tests/workflow.py (running Snakemake, reading dry runs) and tests/checkpoints.py
+(checkpoints in the real on-disk formats).
+"""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-CONFIGS = Path(__file__).resolve().parent / "configs"
+from .workflow import CONFIGS, REPO, run_snakemake  # noqa: F401  (re-exported for the tests)
 
 
-def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None,
-                  check: bool = True) -> subprocess.CompletedProcess:
-    """Run this repository's workflow in ``workdir`` (its own .snakemake and results)."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
-           "--directory", str(workdir), *args]
-    if configfile is not None:
-        cmd += ["--configfile", str(configfile)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one thread is fastest, and immune to a busy machine's oversubscription."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +43,13 @@ def write_config():
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
     return write
+
+
+@pytest.fixture(scope="session")
+def toy_backbone(tmp_path_factory):
+    """The toy backbone trained briefly (40 steps), loaded."""
+    from dlmpipe.backbones import load_backbone
+
+    from .models import toy_checkpoint_dir
+
+    return load_backbone(toy_checkpoint_dir(tmp_path_factory.mktemp("toy")))

@@ -147,3 +147,30 @@ def test_quality_on_extended_tests_when_scores_have_them():
              "refreshes": 0, "cached_forwards": 0, "revisions": 0} for i in range(4)]
     table = summary_table(pd.DataFrame(rows), "m")
     assert table.loc[0, "quality"] == 1.0 and table.loc[0, "quality_plus"] == 0.25
+
+
+def test_summary_lists_each_rows_isolation_levels_and_the_report_warns(campaign_scores, tmp_path):
+    from dlmpipe.analysis.isolation import isolation_note, weaker_rows
+    from dlmpipe.cli import main as cli
+
+    scores = campaign_scores.assign(isolation="bwrap")
+    scores.loc[scores["task"] == "arith", "isolation"] = "none"
+    table = summary_table(scores, "ref")
+    assert list(table.columns) == SUMMARY_COLUMNS + ["isolation"]
+    assert set(table["isolation"]) == {"bwrap", "none"}
+    assert weaker_rows(table).empty and "Every code score ran under bubblewrap" in isolation_note(table)
+
+    # one sample of one method scored under the opt-in process level
+    scores.loc[(scores["method"] == "archer-k8") & (scores["sample_index"] == 2),
+               "isolation"] = "process+landlock+seccomp"
+    path = tmp_path / "scores.parquet"
+    scores.to_parquet(path)
+    note = tmp_path / "isolation.html"
+    assert cli(["summarize", "--scores", str(path), "--reference", "ref", "--out-parquet",
+                str(tmp_path / "s.parquet"), "--out-csv", str(tmp_path / "s.csv"),
+                "--out-isolation", str(note)]) == 0
+    table = pd.read_csv(tmp_path / "s.csv").set_index("method")
+    assert table.loc["archer-k8", "isolation"] == "bwrap,process+landlock+seccomp"
+    html = note.read_text()
+    assert "Warning: 1 of 7 rows" in html and "<td>archer-k8</td>" in html
+    assert "<td>slow-good</td>" not in html and "scratch directory is on the host" in html

@@ -3,15 +3,17 @@ dlmpipe.campaign and when Snakemake parses the workflow (before any job runs).""
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 
 import pytest
 
 from dlmpipe import campaign as cp
+from dlmpipe import registry
 from dlmpipe.campaign import Campaign, ConfigError, check_config, load_campaign
 
-from .conftest import CONFIGS, REPO
+from .workflow import CONFIGS, REPO
 
 
 def with_change(config: dict, dotted: str, value) -> dict:
@@ -48,6 +50,7 @@ REJECTIONS = [
     ("tasks/bbh", {"gen_length": 8, "fewshot": -1}, "tasks.bbh.fewshot"),
     ("tasks/humaneval", {"gen_length": 8, "prompt_style": "chat"}, "tasks.humaneval.prompt_style"),
     ("device", "tpu", "device: 'tpu' is not one of"),
+    ("sandbox", "none", "sandbox: 'none' is not valid; expected isolation of generated code"),
     ("reference_method", "greedy", "reference_method: 'greedy' is not a method"),
     ("methods/archer-k1", {"sampler": {"name": "saber"}, "cache": {"name": "archer", "K": 1}},
      "methods.archer-k1: method name 'archer-k1' is produced twice"),
@@ -100,17 +103,18 @@ def test_defaults_are_filled_from_the_schema(tiny_config):
         "name": "llada_confidence", "block_length": None, "steps": None, "temperature": 0}
     assert config["backbones"]["toy"]["dtype"] == "float32" and config["backbones"]["toy"]["chat"] is False
     assert config["resources"]["generate"]["mem_mb"] > 0
+    assert config["sandbox"] is None  # DLMPIPE_SANDBOX, else bwrap (dlmpipe.scoring.levels)
 
 
-def test_snakemake_validator_fills_the_same_nested_defaults(tiny_config):
-    """Snakemake's own validator reaches into the methods map and if/then branches too."""
-    from snakemake.utils import validate
-
-    ours, theirs = copy.deepcopy(tiny_config), copy.deepcopy(tiny_config)
-    check_config(ours)
-    validate(theirs, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
-    assert theirs == ours
-    assert theirs["methods"]["archer"]["cache"]["refresh"] == "distance"
+def test_jobs_see_the_schema_defaults_of_the_one_validation_pass(tmp_path, snakemake, tiny_config):
+    """The Snakefile validates once (Campaign) and its jobs get the nested defaults it filled,
+    inside the methods map and the registry's sampler/cache blocks."""
+    proc = snakemake(tmp_path, "-n", "-p", configfile=CONFIGS / "tiny.yaml")
+    planned = {m["name"]: m for m in map(json.loads, re.findall(r"--method '(\{.*?\})'", proc.stdout))}
+    campaign = Campaign(copy.deepcopy(tiny_config))
+    for name in campaign.methods:
+        assert planned[name] == campaign.method(name, "toy_code")
+    assert planned["archer-k1"]["cache"] == {"name": "archer", "K": 1, "refresh": "distance", "A": 8}
 
 
 def test_default_campaign_expands_readable_names():
@@ -140,27 +144,53 @@ def test_sweeps_expand_as_a_cartesian_product_with_templates(tiny_config):
                      "grid-steps4-temperature1", "arch-age-a2", "arch-age-a4"]
 
 
-def test_schema_names_match_the_method_registry():
-    """Schema enums, $defs blocks, the pairing table and dlmpipe.methods tell one story."""
-    from dlmpipe.methods import CACHES, SAMPLERS
-
+def test_schema_blocks_are_the_registry_entries():
+    """Schema enums, if/then branches and $defs blocks are generated from dlmpipe.registry."""
     schema = cp.load_schema()
-    for part, registry, table in (("sampler", SAMPLERS, cp.SAMPLER_LOGIT_ROWS),
-                                  ("cache", CACHES, cp.CACHE_LOGIT_ROWS)):
-        enum = schema["$defs"][part]["properties"]["name"]["enum"]
-        branches = [b["if"]["properties"]["name"]["const"] for b in schema["$defs"][part]["allOf"]]
-        assert enum == branches == list(schema["$defs"][part + "s"])
-        assert set(enum) == set(registry) == set(table)
-    for s, sampler in SAMPLERS.items():
-        for c, cache in CACHES.items():
-            servable = not sampler.needs_all_rows or cache.serves_all_rows
-            assert (cp.pairing_problem({"sampler": {"name": s}, "cache": {"name": c}}) is None) == servable
+    for kind, table in registry.KINDS.items():
+        enum = schema["$defs"][kind]["properties"]["name"]["enum"]
+        branches = [b["if"]["properties"]["name"]["const"] for b in schema["$defs"][kind]["allOf"]]
+        assert enum == branches == list(schema["$defs"][kind + "s"]) == list(table)
+        for name, component in table.items():
+            assert schema["$defs"][kind + "s"][name]["properties"] == component.params
 
 
-def test_pairing_table_refuses_a_cache_without_all_rows(monkeypatch):
-    monkeypatch.setitem(cp.CACHE_LOGIT_ROWS, "archer", "masked_rows")
-    problem = cp.pairing_problem({"sampler": {"name": "saber"}, "cache": {"name": "archer"}})
-    assert "cache 'archer'" in problem and "sampler 'saber'" in problem
+def test_a_new_registry_entry_is_a_config_line_without_touching_the_schema(monkeypatch, tiny_config):
+    """One registry entry makes a cache configurable: name, parameters, defaults, ranges, pairing."""
+    entry = registry.Component("echo", "dlmpipe.engine.full:FullRecompute", "test cache", "masked_rows",
+                               {"depth": registry.integer(3, "how deep")})
+    monkeypatch.setitem(registry.CACHES, "echo", entry)
+    tiny_config["methods"]["echo"] = {"sampler": {"name": "llada_confidence"}, "cache": {"name": "echo"}}
+    assert Campaign(copy.deepcopy(tiny_config)).methods["echo"]["cache"] == {"name": "echo", "depth": 3}
+    tiny_config["methods"]["echo"]["cache"]["depth"] = 0
+    with pytest.raises(ConfigError, match="methods.echo.cache.depth"):
+        Campaign(copy.deepcopy(tiny_config))
+    tiny_config["methods"]["echo"] = {"sampler": {"name": "saber"}, "cache": {"name": "echo"}}
+    with pytest.raises(ConfigError, match="cache 'echo' gives fresh logits only for the masked rows"):
+        Campaign(tiny_config)
+
+
+def test_every_declared_range_is_enforced_when_a_method_is_built():
+    """Outside a checked campaign (jobs, tests, benchmarks) the registry's ranges still hold."""
+    from dlmpipe.methods import build_sampler
+
+    checked = 0
+    for kind, table in registry.KINDS.items():
+        for name, component in table.items():
+            for key, declared in component.params.items():
+                alternatives = declared.get("anyOf", [declared])
+                low = [a["minimum"] for a in alternatives if "minimum" in a]
+                if not low:
+                    continue
+                bad = low[0] - 1
+                if kind == "sampler":
+                    with pytest.raises(ValueError, match=f"sampler {name}: {key} must be"):
+                        build_sampler({"name": name, key: bad})
+                else:
+                    with pytest.raises(ValueError, match=f"cache {name}: {key} must be"):
+                        registry.resolve("cache", {"name": name, key: bad})
+                checked += 1
+    assert checked >= 15
 
 
 def test_campaign_command_prints_the_expansion(capsys):

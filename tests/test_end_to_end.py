@@ -8,7 +8,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .conftest import CONFIGS
+from .workflow import CONFIGS
 
 
 def test_tiny_campaign_end_to_end(tmp_path, snakemake):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.toy_checkpoint import toy_checkpoint_dir
+from .models import toy_checkpoint_dir
 
 METHOD = {"name": "llada-confidence", "gen_length": 32,
           "sampler": {"name": "llada_confidence", "block_length": 16, "steps": 32, "temperature": 0.0},

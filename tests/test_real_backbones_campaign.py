@@ -16,16 +16,11 @@ from dlmpipe.scoring.score import score_generations
 from dlmpipe.tasks.sources import data_dirs
 
 from .checkpoints import make_tiny_checkpoint
-from .conftest import REPO
 from .gold import gold_completion, perturbed_completion
+from .workflow import REPO, job_counts
 
 FAMILIES = {"llada-8b-instruct": "llada", "dream-7b-instruct": "dream",
             "diffucoder-7b-instruct": "diffucoder"}
-
-
-def _job_counts(stdout: str) -> dict[str, int]:
-    table = stdout.split("Job stats:", 1)[1].split("total", 1)[0]
-    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
 
 
 def test_papers_campaign_dry_runs_on_real_format_checkpoints(tmp_path, snakemake, write_config):
@@ -34,7 +29,7 @@ def test_papers_campaign_dry_runs_on_real_format_checkpoints(tmp_path, snakemake
         config["backbones"][name]["path"] = str(make_tiny_checkpoint(tmp_path / name, family))
     path = write_config(config, tmp_path / "papers.yaml")
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=path)
-    counts = _job_counts(proc.stdout)
+    counts = job_counts(proc.stdout)
     n_methods = 1 + 1 + 3 + 2 + 1 + 1
     assert counts["generate"] == 3 * 4 * n_methods
     assert counts["score"] == 3 * 4 * n_methods

@@ -22,7 +22,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .conftest import CONFIGS, REPO, run_snakemake
+from .workflow import REPO, job_blocks, run_snakemake
 
 PROFILE = REPO / "profiles" / "slurm"
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
@@ -40,7 +40,7 @@ def readme_command() -> str:
 def job_resources(stdout: str) -> list[tuple[str, dict]]:
     """(rule, resources) of every job of a dry run (-n)."""
     jobs = []
-    for rule, body in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", stdout, re.M):
+    for rule, body in job_blocks(stdout):
         found = re.search(r"resources: (.*)", body)
         pairs = re.findall(r"(\w+)=([^,]+)", found.group(1)) if found else []
         jobs.append((rule, {k: v.strip() for k, v in pairs}))

@@ -19,39 +19,8 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .conftest import CONFIGS, REPO
-
-DIRECTORY_RULES = {"train_toy", "plot"}  # rules whose output is a directory
-
-
-def job_counts(stdout: str) -> dict[str, int]:
-    """The first 'Job stats' table of a dry run: rule -> number of jobs."""
-    table = stdout.split("Job stats:", 1)[1].split("total", 1)[0]
-    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
-
-
-def scheduled(stdout: str) -> set[tuple]:
-    """Jobs of a dry run as (rule, backbone, task, method), absent wildcards as None; 'all' left out."""
-    jobs = set()
-    for rule, body in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", stdout, re.M):
-        w = dict(re.findall(r"(\w+)=([^,\s]+)", (re.findall(r"wildcards: (.*)", body) or [""])[0]))
-        if rule != "all":
-            jobs.add((rule, w.get("backbone"), w.get("task"), w.get("method")))
-    return jobs
-
-
-def expected_counts(campaign: Campaign) -> dict[str, int]:
-    b, t, m = len(campaign.backbones), len(campaign.tasks), len(campaign.methods)
-    counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
-              "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
-              "plot": 1, "all": 1}
-    if any(map(campaign.needs_proxies, campaign.methods)):
-        counts["svd"] = b  # one SVD per backbone that an SPA method (singular proxy) decodes
-    shards = campaign.config["shards"]
-    if shards > 1:  # N generate jobs per method, joined by one merge before scoring
-        counts["generate"] *= shards
-        counts["merge_generations"] = b * t * m
-    return counts
+from .workflow import (CONFIGS, REPO, expected_counts, fake_finished_run, job_blocks, job_counts,
+                       scheduled)
 
 
 def decoding_jobs(backbones, tasks, methods) -> set[tuple]:
@@ -78,7 +47,7 @@ def test_job_counts_follow_the_config(tmp_path, snakemake, config):
 
 def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, snakemake):
     proc = snakemake(tmp_path, "-n", "-p", "--config", "device=cuda", configfile=CONFIGS / "tiny.yaml")
-    blocks = re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", proc.stdout, re.M)
+    blocks = job_blocks(proc.stdout)
     resources = {rule: re.search(r"resources: (.*)", body).group(1) for rule, body in blocks
                  if "resources:" in body}
     assert "gpu=1" in resources["generate"] and "gpu" not in resources["score"]
@@ -119,15 +88,7 @@ def finished_run(tmp_path_factory, snakemake):
         assert (workdir / "results" / "summary.csv").is_file()
         assert list((workdir / "results" / "plots").glob("pareto_*.png"))
     else:
-        summary = snakemake(workdir, "--summary", configfile=config).stdout
-        for line in summary.splitlines()[1:]:
-            path, rule = line.split("\t")[0], line.split("\t")[2]
-            if rule in DIRECTORY_RULES:
-                (workdir / path).mkdir(parents=True, exist_ok=True)
-            else:
-                (workdir / path).parent.mkdir(parents=True, exist_ok=True)
-                (workdir / path).touch()
-        snakemake(workdir, "--touch", "--forceall", "--cores", "1", configfile=config)
+        fake_finished_run(workdir, config)
     proc = snakemake(workdir, "-n", configfile=config)
     assert "Nothing to be done" in proc.stdout + proc.stderr
     return workdir
@@ -183,6 +144,11 @@ CHANGES = {
                      | decoding_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
     # the speedup reference only changes the summary and the plots
     "reference": (set_in("reference_method", "archer-k1"), REPORT_JOBS),
+    # the sandbox level changes every score's recorded isolation: the score jobs, then the report
+    "sandbox": (set_in("sandbox", "process"),
+                {("score", "toy", t, m) for t in TASKS for m in METHODS} | REPORT_JOBS),
+    # naming the level that is already used (bwrap, the default) changes nothing
+    "sandbox-default": (set_in("sandbox", "bwrap"), set()),
     # scheduling settings never rerun anything
     "resources": (set_in("resources", {"score": {"threads": 2}, "generate": {"mem_mb": 1000}}), set()),
 }

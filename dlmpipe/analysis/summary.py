@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_write
+from .isolation import isolation_levels
 from .pareto import pareto_mask
 
 KEYS = ["backbone", "task", "method"]
@@ -21,6 +22,7 @@ SUMMARY_COLUMNS = KEYS + ["quality", "n", "mean_time_s", "mean_nfe", "mean_steps
                           "reference", "pareto"]
 OPTIONAL = ["plus_passed",  # extended (EvalPlus "+", ET) tests, where the task has them
             "stats",  # per-sample statistics (JSON): mean_recompute_fraction reads them
+            "isolation",  # the sandbox level of each score: the summary lists each row's levels
             "subtask", "extraction_rule"]  # answer tasks: quality_by_subtask, verdicts_by_rule
 NEEDED = KEYS + ["sample_index", "score", "time_s", "nfe", "steps", "refreshes",
                  "cached_forwards", "revisions"]
@@ -88,6 +90,9 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     table["speedup"] = table["reference_time_s"] / table["mean_time_s"]
     table["reference"] = reference
     extra = ["quality_plus"] if "quality_plus" in table.columns else []
+    if "isolation" in scores.columns:  # e.g. "bwrap", "none", "process+landlock+seccomp"
+        table = table.merge(isolation_levels(scores, KEYS), on=KEYS, how="left")
+        extra.append("isolation")
     for column, per_group in (("quality_by_subtask", quality_by_subtask),
                               ("verdicts_by_rule", verdicts_by_rule)):
         if (values := per_group(scores)) is not None:

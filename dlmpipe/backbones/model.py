@@ -121,15 +121,30 @@ class Backbone(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, n_heads, self.cfg.head_dim).transpose(1, 2)
 
+    def attn_input(self, layer: int, h: Tensor) -> Tensor:
+        """The attention's normed input rows (what the projections and SPA's proxies read)."""
+        return self.blocks[layer].attn_norm(h)
+
+    def queries(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+        """RoPE'd query heads ``[B, H, T, hd]`` of normed rows (``rope`` from ``self.rope``)."""
+        return self.apply_rope(self.split_heads(self.blocks[layer].q_proj(normed), self.cfg.n_heads), *rope)
+
+    def keys(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+        """RoPE'd key heads ``[B, Hkv, T, hd]`` of normed rows."""
+        return self.apply_rope(self.split_heads(self.blocks[layer].k_proj(normed), self.cfg.n_kv_heads), *rope)
+
+    def values(self, layer: int, normed: Tensor) -> Tensor:
+        """Value heads ``[B, Hkv, T, hd]`` of normed rows."""
+        return self.split_heads(self.blocks[layer].v_proj(normed), self.cfg.n_kv_heads)
+
+    def project_qkv(self, layer: int, normed: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys (RoPE'd at ``positions``) and values of normed rows."""
+        rope = self.rope(positions)
+        return self.queries(layer, normed, rope), self.keys(layer, normed, rope), self.values(layer, normed)
+
     def qkv(self, layer: int, h: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys (RoPE'd at ``positions``) and values for hidden rows ``h [B, T, d]``."""
-        blk = self.blocks[layer]
-        n = blk.attn_norm(h)
-        cos, sin = self.rope(positions)
-        q = self.apply_rope(self.split_heads(blk.q_proj(n), self.cfg.n_heads), cos, sin)
-        k = self.apply_rope(self.split_heads(blk.k_proj(n), self.cfg.n_kv_heads), cos, sin)
-        v = self.split_heads(blk.v_proj(n), self.cfg.n_kv_heads)
-        return q, k, v
+        """Queries, keys and values of hidden rows ``h [B, T, d]``: norm, then projections."""
+        return self.project_qkv(layer, self.attn_input(layer, h), positions)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Bidirectional attention of query rows over explicit key/value rows (GQA aware).
@@ -170,15 +185,14 @@ class Backbone(nn.Module):
             h, _, _ = self.layer(i, h, positions)
         return h
 
-    def hidden_states_storing_kv(self, input_ids: Tensor, keys: Tensor, values: Tensor) -> Tensor:
-        """A full forward that also writes every layer's K/V into preallocated caches
-        ``keys, values [L, B, Hkv, N, hd]`` (in place); returns the final hidden rows."""
+    def hidden_states_storing_kv(self, input_ids: Tensor, kv) -> Tensor:
+        """A full forward that also writes every layer's K/V into a preallocated
+        ``engine.kv.KVBuffer`` of all rows (in place); returns the final hidden rows."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         h = self.embed(input_ids)
         for i in range(self.cfg.n_layers):
             h, k, v = self.layer(i, h, positions)
-            keys[i].copy_(k)
-            values[i].copy_(v)
+            kv.write(i, slice(None), k, v)
         return h
 
     def forward(self, input_ids: Tensor) -> Tensor:

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from ..io import atomic_write, atomic_write_json
 from ..tasks.toy import GENERATORS
-from .loading import checkpoint_key_map
+from .weights import checkpoint_key_map
 from .model import Backbone, BackboneConfig
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|startoftext|>", "<|mdm_mask|>", "<|eot_id|>",

@@ -1,4 +1,4 @@
-"""Archer: prompt-K/V reuse with state-anchored refresh (METHODS.md §2.2, Algorithm 1).
+"""Archer: prompt-K/V reuse with state-anchored refresh (docs/METHODS.md §2.2, Algorithm 1).
 
 A full forward builds every layer's prompt K/V under the current response g and sets the anchor
 g_r = g. A cached forward embeds only the response rows and runs them through every layer,
@@ -18,43 +18,31 @@ from torch import Tensor
 
 from ..backbones.model import Backbone
 from .base import Cache
+from .kv import KVBuffer
 
 
 def hamming_distance(a: Tensor, b: Tensor) -> int:
     return int((a != b).sum())
 
 
-def parse_radius(K) -> float:
-    if isinstance(K, str):
-        if K.lower() in ("inf", "infinity", ".inf"):
-            return math.inf
-        K = int(K)
-    if K < 1:
-        raise ValueError(f"archer K must be >= 1 or inf (got {K})")
-    return float(K)
+def parse_radius(K: int | str) -> float:
+    """The refresh radius as a number: an integer, or "inf" (never refresh by distance)."""
+    return math.inf if K == "inf" else float(K)
 
 
 class ArcherCache(Cache):
-    name = "archer"
-
-    def __init__(self, model: Backbone, K=8, refresh: str = "distance", A: int = 8):
+    def __init__(self, model: Backbone, *, K: int | str, refresh: str, A: int):
         super().__init__(model)
-        if refresh not in ("distance", "age"):
-            raise ValueError(f"archer refresh must be 'distance' or 'age' (got {refresh!r})")
         self.K, self.refresh, self.A = parse_radius(K), refresh, A
         self.refresh_distances: list[int] = []
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
         super().begin(x, prompt_len)
-        cfg = self.model.cfg
         n = x.shape[0]
         # rows computed on the cached path: the response, plus the last prompt row when shifted
         self.first_row = self.model.first_logit_row(prompt_len)
-        shape = (cfg.n_layers, 1, cfg.n_kv_heads, n, cfg.head_dim)
-        dtype, device = self.model.embed.weight.dtype, self.model.device
-        self.keys = torch.empty(shape, dtype=dtype, device=device)
-        self.values = torch.empty(shape, dtype=dtype, device=device)
-        self.positions = torch.arange(n, device=device)
+        self.kv = KVBuffer.for_model(self.model, n)
+        self.positions = torch.arange(n, device=self.model.device)
         self.anchor: Tensor | None = None
         self.updates_since_refresh = 0
         self.refresh_distances = []
@@ -67,7 +55,7 @@ class ArcherCache(Cache):
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         P = self.prompt_len
         response = x[P:]
-        self.stats.forwards += 1
+        self.stats.nfe += 1
         if self.anchor is None:
             return self._full_forward(x)
         self.updates_since_refresh += 1
@@ -81,7 +69,7 @@ class ArcherCache(Cache):
     def _full_forward(self, x: Tensor) -> Tensor:
         """Exact logits and every layer's K/V under the current response; re-anchor."""
         m = self.model
-        h = m.hidden_states_storing_kv(x[None], self.keys, self.values)
+        h = m.hidden_states_storing_kv(x[None], self.kv)
         self.anchor = x[self.prompt_len:].clone()
         self.updates_since_refresh = 0
         return m.response_logits_from_rows(h[:, self.first_row:])[0]
@@ -93,10 +81,8 @@ class ArcherCache(Cache):
         h = m.embed(x[None, f:])
         for i in range(m.cfg.n_layers):
             q, k, v = m.qkv(i, h, positions)
-            keys, values = self.keys[i], self.values[i]
-            keys[:, :, f:] = k
-            values[:, :, f:] = v
-            h = h + m.attn_output(i, m.attend(q, keys, values))
+            self.kv.write(i, slice(f, None), k, v)
+            h = h + m.attn_output(i, m.attend(q, *self.kv.layer(i)))
             h = h + m.ffn(i, h)
         return m.response_logits_from_rows(h)[0]
 

@@ -1,4 +1,4 @@
-"""dKV-Cache (Ma et al. 2025; METHODS.md §2.6): delayed caching of decoded tokens' K/V.
+"""dKV-Cache (Ma et al. 2025; docs/METHODS.md §2.6): delayed caching of decoded tokens' K/V.
 
 A token decoded by the update of step i first appears in the sequence of step i+1; that step
 still gives its row a query and computes its K/V with the token visible; from step i+2 until
@@ -23,6 +23,8 @@ time. ``refresh_interval: 1`` makes every step full (equal to full recompute).
 """
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -32,12 +34,8 @@ from .row_cache import RowKVCache
 
 
 class DKVCache(RowKVCache):
-    name = "dkv"
-
-    def __init__(self, model: Backbone, refresh_interval: int = 8):
+    def __init__(self, model: Backbone, *, refresh_interval: int):
         super().__init__(model)
-        if refresh_interval < 1:
-            raise ValueError(f"{self.name}: refresh_interval must be >= 1 (got {refresh_interval})")
         self.refresh_interval = refresh_interval
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
@@ -48,12 +46,13 @@ class DKVCache(RowKVCache):
     def note_due_positions(self, due: Tensor | None) -> None:
         self.due = due
 
+    @abstractmethod
     def is_full_step(self) -> bool:
-        raise NotImplementedError
+        """Whether this forward (the block's ``block_step``-th) is a full one."""
 
+    @abstractmethod
     def recomputed(self, masked: Tensor, served: Tensor) -> Tensor:
         """Response rows ``[G]`` (bool) a partial step gives queries to."""
-        raise NotImplementedError
 
     def served_positions(self, masked: Tensor) -> Tensor:
         """Response positions whose logits this step returns: the masked ones of the block."""
@@ -63,7 +62,7 @@ class DKVCache(RowKVCache):
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         P = self.prompt_len
         masked = x[P:] == self.model.cfg.mask_id
-        self.stats.forwards += 1
+        self.stats.nfe += 1
         first = self.previous_masked is None
         self._enter(block)
         serve = self.served_positions(masked)
@@ -81,8 +80,6 @@ class DKVCache(RowKVCache):
 
 
 class DKVDecodeCache(DKVCache):
-    name = "dkv_decode"
-
     def is_full_step(self) -> bool:
         return self.block_step < 2 or self.block_step % self.refresh_interval == 0
 
@@ -91,12 +88,8 @@ class DKVDecodeCache(DKVCache):
 
 
 class DKVGreedyCache(DKVCache):
-    name = "dkv_greedy"
-
-    def __init__(self, model: Backbone, refresh_interval: int = 2, window: int = 4):
-        super().__init__(model, refresh_interval)
-        if window < 0:
-            raise ValueError(f"dkv_greedy: window must be >= 0 (got {window})")
+    def __init__(self, model: Backbone, *, refresh_interval: int, window: int):
+        super().__init__(model, refresh_interval=refresh_interval)
         self.window = window
 
     def is_full_step(self) -> bool:

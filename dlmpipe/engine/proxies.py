@@ -1,4 +1,4 @@
-"""Singular proxies of the value projections (METHODS.md §2.3; SPA-Cache §3.3).
+"""Singular proxies of the value projections (docs/METHODS.md §2.3; SPA-Cache §3.3).
 
 Per layer, the thin SVD of the whole value projection (all KV heads, no per-head split)
 ``W_v = A S B^T`` in float32. The proxy of a (RMS-normed) attention input ``h`` at rank r is
@@ -71,16 +71,17 @@ def proxies_from_model(model, metadata: dict | None = None) -> SingularProxies:
 def read_value_weights(checkpoint: str | Path) -> list[Tensor]:
     """Only the value projections of a checkpoint directory, in float32 on the CPU (an 8B model
     never has to be loaded whole for its SVD)."""
-    from ..backbones import loading
+    from ..backbones import weights
+    from ..backbones.checkpoint_config import read_config
     from ..backbones.model import Backbone
 
     path = Path(checkpoint)
-    cfg = loading.read_config(path)
+    cfg = read_config(path)
     with torch.device("meta"):
         model = Backbone(cfg)
-    plan = loading._plan(model, loading.checkpoint_key_map(cfg), loading.shard_files(path), path)
+    plan = weights.plan_reads(model, weights.checkpoint_key_map(cfg), weights.shard_files(path), path)
     names = [f"blocks.{i}.v_proj.weight" for i in range(cfg.n_layers)]
-    state = loading._read_tensors({n: plan[n] for n in names}, torch.float32, torch.device("cpu"))
+    state = weights.read_tensors({n: plan[n] for n in names}, torch.float32, torch.device("cpu"))
     return [state[n] for n in names]
 
 

@@ -1,14 +1,14 @@
 """The sampler side of the seam: logits -> next response state. A sampler never calls the model."""
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import torch
 from torch import Tensor
 
 
-class Sampler:
-    name = "base"
-    #: True when the sampler reads logits of every response row at every step (rollback)
-    needs_all_rows = False
+class Sampler(ABC):
+    """Which logit rows a sampler reads (all, block, masked) is declared in dlmpipe.registry."""
 
     def begin(self, prompt_len: int, gen_len: int, mask_id: int,
               generator: torch.Generator | None = None) -> None:
@@ -24,9 +24,9 @@ class Sampler:
         """Current block in response coordinates."""
         return (0, self.gen_len)
 
+    @abstractmethod
     def step(self, x: Tensor, logits: Tensor) -> None:
         """Update ``x [N]`` in place from response logits ``[G, V]``."""
-        raise NotImplementedError
 
     def due_positions(self) -> Tensor | None:
         """Response positions the next ``step`` will decode, when they are fixed before the

@@ -1,4 +1,4 @@
-"""LLaDA low-confidence remasking (METHODS.md §1.1): the Archer main table's speed reference."""
+"""LLaDA low-confidence remasking (docs/METHODS.md §1.1): the Archer main table's speed reference."""
 from __future__ import annotations
 
 import torch
@@ -14,10 +14,7 @@ def transfer_schedule(n_masked: int, steps: int) -> list[int]:
 
 
 class LLaDAConfidence(Sampler):
-    name = "llada_confidence"
-
-    def __init__(self, block_length: int | None = None, steps: int | None = None,
-                 temperature: float = 0.0):
+    def __init__(self, *, block_length: int | None, steps: int | None, temperature: float):
         self.block_length_opt, self.steps_opt, self.temperature = block_length, steps, temperature
 
     def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:

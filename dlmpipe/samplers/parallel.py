@@ -1,4 +1,4 @@
-"""Threshold and factor parallel decoding (Fast-dLLM; METHODS.md §1.2).
+"""Threshold and factor parallel decoding (Fast-dLLM; docs/METHODS.md §1.2).
 
 Blocks are decoded left to right; each block is looped until it has no masks. Per step the
 candidates are the masked positions of the current block, sorted by confidence (softmax
@@ -15,6 +15,8 @@ remaining candidate, so a block never ends with masks left. These samplers read 
 of the current block, so they pair with caches that serve blocks (Fast-dLLM, dKV-Cache).
 """
 from __future__ import annotations
+
+from abc import abstractmethod
 
 import torch
 from torch import Tensor
@@ -42,19 +44,14 @@ def factor_accepts(sorted_confidence: Tensor, f: float) -> int:
 class ParallelSampler(Sampler):
     """Block loop shared by the threshold and factor rules; subclasses implement ``accepts``."""
 
-    def __init__(self, block_length: int | None = 32, temperature: float = 0.0,
-                 max_steps_per_block: int | None = None):
-        if block_length is not None and block_length < 1:
-            raise ValueError(f"{self.name}: block_length must be >= 1 (got {block_length})")
-        if max_steps_per_block is not None and max_steps_per_block < 1:
-            raise ValueError(f"{self.name}: max_steps_per_block must be >= 1 (got {max_steps_per_block})")
-        if temperature < 0:
-            raise ValueError(f"{self.name}: temperature must be >= 0 (got {temperature})")
+    def __init__(self, *, block_length: int | None, temperature: float,
+                 max_steps_per_block: int | None):
         self.block_length_opt, self.temperature = block_length, temperature
         self.max_steps_per_block = max_steps_per_block
 
+    @abstractmethod
     def accepts(self, sorted_confidence: Tensor) -> int:
-        raise NotImplementedError
+        """How many of the descending candidate confidences this step accepts (at least one)."""
 
     def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
         super().begin(prompt_len, gen_len, mask_id, generator)
@@ -62,7 +59,7 @@ class ParallelSampler(Sampler):
         if gen_len % self.block_length:
             raise ValueError(f"gen_length {gen_len} is not a multiple of block_length {self.block_length}")
         self.num_blocks = gen_len // self.block_length
-        self.block_index, self.block_steps = 0, 0
+        self.block_index, self.block_step = 0, 0
         self.accepted_per_step: list[int] = []
 
     @property
@@ -81,8 +78,8 @@ class ParallelSampler(Sampler):
         confidence = torch.softmax(rows.to(torch.float64), dim=-1).gather(-1, tokens[:, None])[:, 0]
         order = torch.sort(confidence, descending=True, stable=True).indices
         n = self.accepts(confidence[order])
-        self.block_steps += 1
-        if self.max_steps_per_block is not None and self.block_steps >= self.max_steps_per_block:
+        self.block_step += 1
+        if self.max_steps_per_block is not None and self.block_step >= self.max_steps_per_block:
             n = candidates.numel()  # the capped block's last step: nothing stays masked
         chosen = order[:n]
         response[candidates[chosen]] = tokens[chosen]
@@ -90,7 +87,7 @@ class ParallelSampler(Sampler):
         self.steps += 1
         self._track(response)
         if not bool((response[lo:hi] == self.mask_id).any()):
-            self.block_index, self.block_steps = self.block_index + 1, 0
+            self.block_index, self.block_step = self.block_index + 1, 0
             self.done = self.block_index == self.num_blocks
 
     def stats(self) -> dict:
@@ -98,12 +95,8 @@ class ParallelSampler(Sampler):
 
 
 class ThresholdSampler(ParallelSampler):
-    name = "threshold"
-
-    def __init__(self, tau: float = 0.9, **kwargs):
-        if not 0 <= tau <= 1:
-            raise ValueError(f"threshold: tau must be in [0, 1] (got {tau})")
-        super().__init__(**kwargs)
+    def __init__(self, *, tau: float, **block_options):
+        super().__init__(**block_options)
         self.tau = tau
 
     def accepts(self, sorted_confidence: Tensor) -> int:
@@ -111,12 +104,8 @@ class ThresholdSampler(ParallelSampler):
 
 
 class FactorSampler(ParallelSampler):
-    name = "factor"
-
-    def __init__(self, f: float = 1.0, **kwargs):
-        if f <= 0:
-            raise ValueError(f"factor: f must be > 0 (got {f})")
-        super().__init__(**kwargs)
+    def __init__(self, *, f: float, **block_options):
+        super().__init__(**block_options)
         self.f = f
 
     def accepts(self, sorted_confidence: Tensor) -> int:

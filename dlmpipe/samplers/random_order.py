@@ -1,4 +1,4 @@
-"""Random fixed-order decoding (the order dKV-Cache-Greedy decodes in; METHODS.md §2.6).
+"""Random fixed-order decoding (the order dKV-Cache-Greedy decodes in; docs/METHODS.md §2.6).
 
 Blocks left to right with LLaDA's schedule (``steps`` total, split evenly over the blocks; per
 block the masks split uniformly over its steps, the remainder to the first steps). At a block's
@@ -19,8 +19,6 @@ from .llada_confidence import LLaDAConfidence, transfer_schedule
 
 class RandomOrder(LLaDAConfidence):
     """LLaDA's blocks and per-step schedule; positions in a random order fixed per block."""
-
-    name = "random_order"
 
     def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
         super().begin(prompt_len, gen_len, mask_id, generator)

@@ -1,4 +1,4 @@
-"""Saber: rollback decoding with drift-based backtracking (METHODS.md §1.3).
+"""Saber: rollback decoding with drift-based backtracking (docs/METHODS.md §1.3).
 
 Per step: accept every uncommitted position left of the block edge whose confidence beats the
 running mean of acceptance confidences (at least ``n``), then re-mask the visible positions
@@ -20,13 +20,8 @@ def remask_count(n: int, mu: float, k: int) -> int:
 
 
 class Saber(Sampler):
-    name = "saber"
-    needs_all_rows = True
-
-    def __init__(self, n: int = 2, mu: float = 2.0, block_length: int | None = None,
-                 temperature: float = 0.0, max_steps_per_block: int = 1024):
-        if n < 1 or mu <= 0:
-            raise ValueError(f"saber needs n >= 1 and mu > 0 (got n={n}, mu={mu})")
+    def __init__(self, *, n: int, mu: float, block_length: int | None, temperature: float,
+                 max_steps_per_block: int):
         self.n, self.mu, self.block_length_opt = n, mu, block_length
         self.temperature, self.max_steps_per_block = temperature, max_steps_per_block
 
@@ -35,7 +30,7 @@ class Saber(Sampler):
         self.block_length = self.block_length_opt or gen_len
         if gen_len % self.block_length:
             raise ValueError(f"gen_length {gen_len} is not a multiple of block_length {self.block_length}")
-        self.block_index, self.block_steps = 0, 0
+        self.block_index, self.block_step = 0, 0
         self.committed = torch.zeros(gen_len, dtype=torch.bool)
         self.acc = torch.full((gen_len,), float("nan"), dtype=torch.float64)
         self.prev_s = torch.zeros(gen_len, dtype=torch.float64)
@@ -81,7 +76,7 @@ class Saber(Sampler):
         self.acc[idx] = p[idx]
         self.accepted_total += k
         self.steps += 1
-        self.block_steps += 1
+        self.block_step += 1
         self._track(response.cpu())
 
         # 4. stop, or move to the next block without backtracking
@@ -90,11 +85,11 @@ class Saber(Sampler):
             return
         if not bool((~self.committed[:edge]).any()):
             self.block_index += 1
-            self.block_steps = 0
+            self.block_step = 0
             return
 
         # 5. backtrack: re-mask the visible positions with the most negative drift
-        if self.block_steps >= self.max_steps_per_block:
+        if self.block_step >= self.max_steps_per_block:
             return
         r = remask_count(self.n, self.mu, k)
         if r == 0:

@@ -107,7 +107,7 @@ def _fix_fracs(s: str) -> str:
 
 
 def normalize_math(s: str | None) -> str:
-    """String normalization of a final answer (SCORING.md): units, \\left/\\right, spaces,
+    """String normalization of a final answer (docs/SCORING.md): units, \\left/\\right, spaces,
     \\dfrac, trailing .0, degrees, dollars, percent, "x =" prefixes."""
     if s is None:
         return ""

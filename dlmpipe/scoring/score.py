@@ -20,7 +20,8 @@ from ..io import atomic_write_parquet
 from ..tasks.registry import read_task_table
 from .answers import ANSWER_KINDS, check_answer
 from .code import Settings, score_code
-from .sandbox import Isolation, isolation
+from .levels import isolation
+from .sandbox import Isolation
 
 SCORE_FIELDS = [("passed", pa.bool_()), ("score", pa.float64()), ("status", pa.string()),
                 ("detail", pa.string()), ("isolation", pa.string())]
@@ -45,10 +46,13 @@ def score_sample(task_row: dict, completion: str, settings: Settings,
 
 
 def score_many(pairs: list[tuple[dict, str]], workers: int = 0, settings: Settings | None = None,
-               progress: str = "") -> list[dict]:
-    """Score (task row, completion) pairs in parallel; results in input order."""
+               progress: str = "", sandbox: str | None = None) -> list[dict]:
+    """Score (task row, completion) pairs in parallel; results in input order.
+
+    ``sandbox``: the isolation level for code (levels.py; default ``$DLMPIPE_SANDBOX`` or bwrap).
+    It is chosen and checked before any program runs: ``SandboxUnavailable`` means none ran."""
     settings = settings or Settings()
-    iso = isolation() if any(row.get("kind") == "code" for row, _ in pairs) else None
+    iso = isolation(sandbox) if any(row.get("kind") == "code" for row, _ in pairs) else None
     workers = workers or os.cpu_count() or 1
     results: list[dict] = [{}] * len(pairs)
     start, done = time.monotonic(), 0
@@ -64,11 +68,13 @@ def score_many(pairs: list[tuple[dict, str]], workers: int = 0, settings: Settin
 
 
 def score_generations(generations_path: str | Path, task_file: str | Path, out: str | Path,
-                      workers: int = 0, options: dict | None = None) -> None:
+                      workers: int = 0, options: dict | None = None,
+                      sandbox: str | None = None) -> None:
     """Write ``scores/{b}/{t}/{method}.parquet``: the generations columns plus ``passed``,
     ``score``, ``status``, ``detail``, ``isolation`` (and ``plus_passed``/``plus_status`` when the
     task has extended tests; ``extracted``/``extraction_rule`` for answer tasks; ``subtask`` when
-    the task has subtasks). ``options``: time limits and resources (``Settings``)."""
+    the task has subtasks). ``options``: time limits and resources (``Settings``); ``sandbox``:
+    the isolation level (``score_many``)."""
     generations = pq.read_table(generations_path)
     tasks = {r["task_id"]: r for r in read_task_table(task_file)}
     ids = generations.column("task_id").to_pylist()
@@ -78,7 +84,7 @@ def score_generations(generations_path: str | Path, task_file: str | Path, out: 
         raise ValueError(f"{generations_path}: task ids not in {task_file}: {unknown[:5]}")
     pairs = [(tasks[t], c or "") for t, c in zip(ids, completions)]
     results = score_many(pairs, workers, Settings.from_options(options),
-                         progress=f"score {Path(generations_path).name}")
+                         progress=f"score {Path(generations_path).name}", sandbox=sandbox)
 
     fields = SCORE_FIELDS + (PLUS_FIELDS if any(r.get("plus_test") for r in tasks.values()) else [])
     if any(r.get("kind") in ANSWER_KINDS for r in tasks.values()):

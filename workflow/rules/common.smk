@@ -82,6 +82,15 @@ def generate_threads(wildcards=None):
     return 1 if generate_gpus() > 0 else workflow.cores
 
 
+def score_sandbox():
+    """The isolation level of score jobs: config `sandbox`, else $DLMPIPE_SANDBOX, else bwrap.
+    Resolved here and passed as a param, so a change reruns the score jobs; whether the level
+    works is checked by each score job before it runs any program (never at parse time)."""
+    from dlmpipe.scoring.levels import requested_level
+
+    return requested_level(config["sandbox"])
+
+
 def all_scores(wildcards=None):
     return [
         f"{R}/scores/{b}/{t}/{m}.parquet"

@@ -13,6 +13,12 @@ rule summarize:
             category="Summary",
             labels={"table": "summary"},
         ),
+        isolation=report(
+            f"{R}/isolation.html",
+            caption="../report/isolation.rst",
+            category="Summary",
+            labels={"table": "sandbox isolation"},
+        ),
     params:
         reference=config["reference_method"],
         also_against=" ".join(config["also_speedup_against"]),
@@ -23,7 +29,8 @@ rule summarize:
     shell:
         "python -m dlmpipe summarize --scores {input} --reference {params.reference}"
         " --also-against {params.also_against}"
-        " --out-parquet {output.parquet} --out-csv {output.csv} > {log} 2>&1"
+        " --out-parquet {output.parquet} --out-csv {output.csv}"
+        " --out-isolation {output.isolation} > {log} 2>&1"
 
 
 rule plot:

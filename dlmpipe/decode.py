@@ -1,0 +1,53 @@
+"""The decode loop: one sample, a sampler and a cache meeting at the seam (docs/ARCHITECTURE.md).
+
+Per step: the cache learns which positions the sampler will decode when they are fixed in
+advance (``note_due_positions``), computes the response logits of the current state
+(``response_logits``; it owns every reuse and refresh decision), and the sampler turns them
+into the next state (``step``; it never calls the model). The loop ends when the sampler is
+done. Time is synchronized wall time of the whole generation (docs/METHODS.md, measurement).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .backbones.model import Backbone
+from .engine.base import Cache
+from .samplers.base import Sampler
+
+
+@dataclass
+class DecodeResult:
+    response: Tensor              # [G] final response token ids
+    time_s: float                 # synchronized wall time of the whole generation
+    stats: dict = field(default_factory=dict)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def decode(model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor, gen_len: int,
+           generator: torch.Generator | None = None) -> DecodeResult:
+    """Decode one sample: ``prompt_ids [P]`` -> response ``[G]`` (batch size 1)."""
+    device = model.device
+    P = prompt_ids.shape[0]
+    x = torch.cat([prompt_ids.to(device),
+                   torch.full((gen_len,), model.cfg.mask_id, dtype=torch.long, device=device)])
+    _sync(device)
+    start = time.perf_counter()
+    sampler.begin(P, gen_len, model.cfg.mask_id, generator)
+    cache.begin(x, P)
+    while not sampler.done:
+        cache.note_due_positions(sampler.due_positions())
+        logits = cache.response_logits(x, sampler.block)
+        sampler.step(x, logits)
+    _sync(device)
+    elapsed = time.perf_counter() - start
+    stats = {**sampler.stats(), **cache.stats.as_dict(), **cache.extra_stats()}
+    return DecodeResult(response=x[P:].cpu(), time_s=elapsed, stats=stats)
