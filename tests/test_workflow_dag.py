@@ -49,6 +49,22 @@ def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, snakemake):
     assert "--device cuda" in proc.stdout
 
 
+def test_a_tasks_local_files_are_inputs_of_its_preparation(tmp_path, snakemake, tiny_config,
+                                                           write_config):
+    """`source`, `base_source` and `fewshot_source`: editing any of them rebuilds the task."""
+    data = Path(__file__).resolve().parent / "data"
+    tiny_config["tasks"] = {"mmlu_pro": {"gen_length": 8, "source": str(data / "mmlu_pro_test.jsonl"),
+                                         "fewshot_source": str(data / "mmlu_pro_validation.jsonl")},
+                            "mbpp_et": {"gen_length": 8, "source": str(data / "MBPP_ET.jsonl"),
+                                        "base_source": str(data / "math500_test.jsonl")}}
+    proc = snakemake(tmp_path, "-n", configfile=write_config(tiny_config, tmp_path / "c.yaml"))
+    blocks = re.findall(r"^(?:local)?rule prepare_task:\n((?:    .*\n?)*)", proc.stdout, re.M)
+    inputs = {re.search(r"wildcards: task=(\S+)", b).group(1): re.search(r"input: (.*)", b).group(1)
+              for b in blocks}
+    assert inputs == {"mmlu_pro": f"{data / 'mmlu_pro_test.jsonl'}, {data / 'mmlu_pro_validation.jsonl'}",
+                      "mbpp_et": f"{data / 'MBPP_ET.jsonl'}, {data / 'math500_test.jsonl'}"}
+
+
 # ---- incremental reruns after a finished run ----------------------------------------------------
 def rerun_after(workdir: Path, snakemake, name: str, change) -> set[tuple]:
     """Apply ``change`` to the tiny config and return the jobs a dry run schedules."""

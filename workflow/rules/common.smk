@@ -47,9 +47,12 @@ def backbone_input(wildcards):
 
 
 def task_input(wildcards):
-    """A local task source is an input: editing the file rebuilds the task (dataset ids are not)."""
-    source = config["tasks"][wildcards.task].get("source")
-    return [source] if source and Path(source).expanduser().exists() else []
+    """Local task files are inputs: editing one rebuilds the task (dataset ids are not). Besides
+    `source`, a task may read `base_source` (ET's base benchmark, PubMedQA's questions) and
+    `fewshot_source` (exemplars)."""
+    options = config["tasks"][wildcards.task]
+    files = [options.get(key) for key in ("source", "base_source", "fewshot_source")]
+    return [f for f in files if f and Path(f).expanduser().exists()]
 
 
 def generate_params(wildcards):
