@@ -9,9 +9,10 @@ done. Time is synchronized wall time of the whole generation (docs/METHODS.md, m
 Time to first token (``ttft_s``) is the synchronized time from the same start until the end of
 the first step after which some response position holds a token (is no longer the mask): the
 prefill forward, the first step's sampler update, and any steps that committed nothing. To find
-that step the loop reads back one boolean per step until it flips (a host sync on CUDA); every
-registered sampler commits at least one token in its first step, so this is one read-back per
-generation, not per step.
+that step the loop reads back one boolean per step until it flips (a host sync on CUDA), and none
+after: LLaDA-style schedules, the parallel rules and Saber commit in their first step, so this is
+one read-back per generation; a schedule that commits nothing in its first steps (Dream's, with
+as many steps as tokens) adds one per step until its first commit.
 """
 from __future__ import annotations
 
