@@ -124,6 +124,9 @@ def test_spa_table_tps_ttft_and_accuracy_with_standard_error():
     assert shown.loc["archer-k11", "llada accuracy (%)"] == "48.00 ± 5.00"
     assert shown.loc["llada-confidence", "dream TTFT (ms)"] == "56.0"
     assert not any("SE" in c or " vs " in c for c in shown.columns) and notes == []
+    # TPS against another method (SPA-Cache's Dream rows: Dream's own vanilla decoding)
+    numbers, _ = spa_table(hand_summary(), {**spec, "tps_against": "saber"}, ORIGIN, BACKBONES, TASKS)
+    assert numbers.set_index("method").loc["archer-k11", "dream TPS vs saber (x)"] == 4.0
 
 
 def test_write_tables_writes_csv_markdown_and_html(tmp_path):
@@ -179,6 +182,7 @@ def test_rows_follow_methods_and_points():
      r"not listed in tables.t.methods"),
     ({"operating_points": {**ARCHER_POINTS, "mbpp": "archer-k12"}},
      r"operating_points.mbpp: 'archer-k12' is not a method"),
+    ({"tps_against": "archer"}, r"tables.t.tps_against: 'archer' is not a method"),
 ])
 def test_spec_problems_name_their_key(spec, problem):
     problems = table_problems("t", {"style": "archer", **spec}, ORIGIN, BACKBONES, TASKS,

@@ -74,6 +74,9 @@ def table_problems(name: str, spec: dict, origin: dict[str, str], backbones: lis
             problems.append(f"{where}.speedup_against[{i}]: {m!r} has no speedup column; the "
                             f"summary has speedups against {', '.join(speedup_names)} "
                             "(reference_method and also_speedup_against)")
+    if spec.get("tps_against") is not None and spec["tps_against"] not in origin:
+        problems.append(f"{where}.tps_against: {spec['tps_against']!r} is not a method of this "
+                        "campaign")
     if problems:
         return problems
     t_backbones, t_tasks = table_axes(spec, backbones, tasks)

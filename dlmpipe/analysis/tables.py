@@ -7,7 +7,8 @@
   ``speedup_vs_<m>`` columns, with their intervals when the summary has them); then Overall: the
   mean of the row's quality scores and the mean of its speedups over the table's tasks.
 - ``spa`` style (SPA-Cache's Tables 2 to 5): one row per (task, method); per backbone the mean
-  tokens per second with its ratio to the reference method's, the mean time to first token in
+  tokens per second with its ratio to the reference method's (or ``tps_against``'s: Dream's own
+  vanilla decoding), the mean time to first token in
   milliseconds, and accuracy with its binomial standard error (``quality_se``).
 
 Which rows, and which point of a sweep a row shows per task, follow the table's spec
@@ -117,9 +118,9 @@ def spa_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], backbon
             line = {"task": t, "method": row.label}
             for b in backbones:
                 s = _lookup(idx, b, t, row.methods[(b, t)])
-                ref = _lookup(idx, b, t, s["reference"])
+                against = spec.get("tps_against") or s["reference"]
                 line[f"{b} TPS"] = s["mean_tps"]
-                line[f"{b} TPS vs {s['reference']} (x)"] = s["mean_tps"] / ref["mean_tps"]
+                line[f"{b} TPS vs {against} (x)"] = s["mean_tps"] / _lookup(idx, b, t, against)["mean_tps"]
                 line[f"{b} TTFT (ms)"] = 1000 * s["mean_ttft_s"]
                 line[f"{b} accuracy (%)"] = 100 * s["quality"]
                 line[f"{b} SE (%)"] = 100 * s["quality_se"]
