@@ -1,43 +1,20 @@
-"""Campaigns over real-format checkpoints (LLaDA, Dream, DiffuCoder): the papers' example config
-dry-runs cleanly, and small real-benchmark campaigns run end to end on tiny checkpoints."""
+"""Campaigns over real-format checkpoints (LLaDA, Dream, DiffuCoder): small real-benchmark
+campaigns run end to end on tiny checkpoints (the papers' campaigns: test_paper_configs.py)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from dlmpipe.scoring.score import score_generations
 from dlmpipe.tasks.sources import data_dirs
 
 from .checkpoints import make_tiny_checkpoint
 from .gold import gold_completion, perturbed_completion
-from .workflow import REPO, job_counts
-
-FAMILIES = {"llada-8b-instruct": "llada", "dream-7b-instruct": "dream",
-            "diffucoder-7b-instruct": "diffucoder"}
-
-
-def test_papers_campaign_dry_runs_on_real_format_checkpoints(tmp_path, snakemake, write_config):
-    config = yaml.safe_load((REPO / "configs" / "papers.yaml").read_text())
-    for name, family in FAMILIES.items():
-        config["backbones"][name]["path"] = str(make_tiny_checkpoint(tmp_path / name, family))
-    path = write_config(config, tmp_path / "papers.yaml")
-    proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=path)
-    counts = job_counts(proc.stdout)
-    n_methods = 1 + 1 + 3 + 2 + 1 + 1
-    assert counts["generate"] == 3 * 4 * n_methods
-    assert counts["score"] == 3 * 4 * n_methods
-    assert counts["svd"] == 3 and counts["prepare_backbone"] == 3 and counts["prepare_task"] == 4
-    # generate jobs ask for a GPU on this cuda campaign
-    proc = snakemake(tmp_path, "-n", configfile=path)
-    block = re.search(r"^(?:local)?rule generate:\n((?:    .*\n?)*)", proc.stdout, re.M).group(1)
-    assert re.search(r"resources: .*\bgpu=1\b", block)
 
 
 def test_real_benchmark_campaign_on_tiny_dream_and_llada(tmp_path, snakemake, write_config):

@@ -11,7 +11,6 @@ lines mark the reference method.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
