@@ -294,14 +294,24 @@ class Campaign:
         return problems
 
     def _task_problems(self) -> list[str]:
-        from .tasks.registry import TASKS
+        from .tasks.registry import TASKS, loader_options
 
-        known = ", ".join(sorted(TASKS))
-        return [f"tasks.{name}.benchmark: unknown benchmark {self.benchmark(name)!r}; known: {known}"
-                if "benchmark" in opts else
-                f"tasks.{name}: unknown task; known tasks: {known} (another name loads one of "
-                "them with `benchmark:`)"
-                for name, opts in self.config["tasks"].items() if self.benchmark(name) not in TASKS]
+        problems = []
+        for name, opts in self.config["tasks"].items():
+            benchmark = self.benchmark(name)
+            if benchmark not in TASKS:
+                known = ", ".join(sorted(TASKS))
+                problems.append(
+                    f"tasks.{name}.benchmark: unknown benchmark {benchmark!r}; known: {known}"
+                    if "benchmark" in opts else
+                    f"tasks.{name}: unknown task; known tasks: {known} (another name loads one of "
+                    "them with `benchmark:`)")
+                continue
+            # each benchmark's loader declares its options (its signature): others are typos
+            known = loader_options(benchmark) + ["limit", "ids", "gen_length", "benchmark"]
+            problems += [f"tasks.{name}.{key}: task {benchmark!r} takes no option {key!r} (its "
+                         f"options: {', '.join(known)})" for key in opts if key not in known]
+        return problems
 
     # ---- what the rules read --------------------------------------------------------
     @property
