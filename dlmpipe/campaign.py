@@ -4,9 +4,9 @@ The Snakefile builds a ``Campaign`` before any job runs: one pass that applies t
 (``workflow/schemas/config.schema.yaml``, its sampler/cache blocks generated from
 ``dlmpipe.registry``) with the default-filling validator Snakemake uses, reporting *every*
 error by its dotted key (``methods.archer.cache.K``), then adds what a schema cannot say:
-checkpoint directories exist, tasks are registered, sweeps expand into unique, readable method
-names, a cache can serve its sampler, blocks divide the generation length, and the reference
-method exists.
+checkpoint directories exist, tasks load registered benchmarks, sweeps expand into unique,
+readable method names, a cache can serve its sampler, blocks divide the generation length (a
+method's own ``gen_length``, else each task's), and the reference method exists.
 
 ``python -m dlmpipe.campaign [config.yaml ...]`` prints the expanded campaign.
 """
@@ -155,18 +155,30 @@ def name_part(value) -> str:
     return str(value).lower()
 
 
+#: keys of a method besides its sampler/cache parameters that a sweep may vary, and their label
+#: in default names (llada-confidence-g256)
+METHOD_KEYS = {"gen_length": "g"}
+
+
 def get_dotted(method: dict, field: str):
+    if field in METHOD_KEYS:
+        if method.get(field) is None:
+            raise KeyError(field)
+        return method[field]
     part, _, param = field.partition(".")
     if part not in ("sampler", "cache") or param not in method[part]:
         raise KeyError(field)
     return method[part][param]
 
 
+def name_label(field: str) -> str:
+    return METHOD_KEYS.get(field) or field.rsplit(".", 1)[-1].lower()
+
+
 def method_name(base: str, spec: dict, method: dict, swept: list[str]) -> str:
     template = spec.get("name")
     if template is None:
-        return base + "".join(f"-{k.rsplit('.', 1)[-1].lower()}{name_part(get_dotted(method, k))}"
-                              for k in swept)
+        return base + "".join(f"-{name_label(k)}{name_part(get_dotted(method, k))}" for k in swept)
     return TEMPLATE_FIELD.sub(lambda m: name_part(get_dotted(method, m.group(1))), template)
 
 
@@ -183,8 +195,15 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
     if problems:
         return [], problems
     for point in itertools.product(*(sweep[k] for k in swept)):
-        method = {"sampler": copy.deepcopy(spec["sampler"]), "cache": copy.deepcopy(spec["cache"])}
+        method = {"sampler": copy.deepcopy(spec["sampler"]), "cache": copy.deepcopy(spec["cache"]),
+                  "gen_length": spec.get("gen_length")}
         for field, value in zip(swept, point):
+            if field in METHOD_KEYS:
+                method[field] = value
+                key_schema = schema["$defs"]["method"]["properties"][field]
+                for err in validator_for(schema, key_schema).iter_errors(value):
+                    problems.append(f"{where}.sweep.{field}: {value!r}: {err.message}")
+                continue
             part, param = field.split(".", 1)
             method[part][param] = value
         for part in ("sampler", "cache"):
@@ -201,12 +220,14 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
             method["name"] = method_name(base, spec, method, swept)
         except KeyError as e:
             return [], [f"{where}.name: template field {{{e.args[0]}}} is not a parameter of "
-                        "this method (use sampler.<param> or cache.<param>)"]
+                        "this method (use sampler.<param>, cache.<param> or gen_length, when "
+                        "the method sets it)"]
         if not NAME.match(method["name"]):
             return [], [f"{where}.name: expands to {method['name']!r}, not a valid name "
                         "(letters, digits, _ . + -)"]
         methods.append({"name": method["name"], "sampler": method["sampler"],
-                        "cache": method["cache"]})
+                        "cache": method["cache"],
+                        **({"gen_length": method["gen_length"]} if method["gen_length"] else {})})
     return methods, problems
 
 
@@ -240,10 +261,15 @@ class Campaign:
                 self.methods[m["name"]], origin[m["name"]] = m, base
                 if (p := registry.pairing_problem(m["sampler"]["name"], m["cache"]["name"])):
                     problems.append(f"methods.{base}: {p}")
-                for task, opts in config["tasks"].items():
-                    for p in registry.gen_length_problems(m, opts["gen_length"]):
-                        problems.append(f"methods.{base}.{p} (method {m['name']}, "
-                                        f"tasks.{task}.gen_length)")
+                # the generation length a job decodes with: the method's own, else each task's
+                if "gen_length" in m:
+                    lengths = {"gen_length": m["gen_length"]}
+                else:
+                    lengths = {f"tasks.{task}.gen_length": opts["gen_length"]
+                               for task, opts in config["tasks"].items()}
+                for source_key, gen_length in lengths.items():
+                    for p in registry.gen_length_problems(m, gen_length):
+                        problems.append(f"methods.{base}.{p} (method {m['name']}, {source_key})")
         ref = config["reference_method"]
         if self.methods and ref not in self.methods:
             problems.append(f"reference_method: {ref!r} is not a method of this campaign "
@@ -272,11 +298,18 @@ class Campaign:
 
         problems = []
         for name, opts in self.config["tasks"].items():
-            if name not in TASKS:
-                problems.append(f"tasks.{name}: unknown task; known tasks: {', '.join(sorted(TASKS))}")
+            benchmark = self.benchmark(name)
+            if benchmark not in TASKS:
+                known = ", ".join(sorted(TASKS))
+                problems.append(
+                    f"tasks.{name}.benchmark: unknown benchmark {benchmark!r}; known: {known}"
+                    if "benchmark" in opts else
+                    f"tasks.{name}: unknown task; known tasks: {known} (another name loads one of "
+                    "them with `benchmark:`)")
                 continue
-            known = loader_options(name) + ["limit", "ids", "gen_length"]
-            problems += [f"tasks.{name}.{key}: task {name!r} takes no option {key!r} (its "
+            # each benchmark's loader declares its options (its signature): others are typos
+            known = loader_options(benchmark) + ["limit", "ids", "gen_length", "benchmark"]
+            problems += [f"tasks.{name}.{key}: task {benchmark!r} takes no option {key!r} (its "
                          f"options: {', '.join(known)})" for key in opts if key not in known]
         return problems
 
@@ -295,18 +328,30 @@ class Campaign:
     def toy_options(self, backbone: str) -> dict:
         return dict(self.config["backbones"][backbone]["toy"])
 
+    def benchmark(self, task: str) -> str:
+        """The registered benchmark a task loads: its ``benchmark`` key, else the task's name
+        (an alias loads one benchmark under another name, e.g. with other options)."""
+        return self.config["tasks"][task].get("benchmark", task)
+
     def task_options(self, task: str) -> dict:
-        """Loader options (everything but gen_length, which only generation reads)."""
-        return {k: v for k, v in self.config["tasks"][task].items() if k != "gen_length"}
+        """Loader options: everything but the benchmark name and gen_length (which only
+        generation reads), passed to the loader unchanged."""
+        return {k: v for k, v in self.config["tasks"][task].items()
+                if k not in ("benchmark", "gen_length")}
 
     def needs_proxies(self, name: str) -> bool:
         """The method's generate jobs read the backbone's singular proxies
         (``backbones/{b}/proxies.safetensors``, written by the svd rule)."""
         return "proxies" in registry.artifacts(self.methods[name])
 
+    def gen_length(self, name: str, task: str) -> int:
+        """The response length a method decodes a task with: the method's own ``gen_length``
+        (set or swept on the method), else the task's."""
+        return self.methods[name].get("gen_length") or self.config["tasks"][task]["gen_length"]
+
     def method(self, name: str, task: str) -> dict:
         """The concrete method a generate job decodes with: name, sampler, cache, gen_length."""
-        return {**self.methods[name], "gen_length": self.config["tasks"][task]["gen_length"]}
+        return {**self.methods[name], "gen_length": self.gen_length(name, task)}
 
 
 def load_campaign(paths: list[str | Path], schema_path: str | Path = SCHEMA,
@@ -335,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backbones: {', '.join(c.backbones)}\ntasks: {', '.join(c.tasks)}\n"
           f"methods ({len(c.methods)}), reference {c.config['reference_method']}:")
     for name, m in c.methods.items():
-        print(f"  {name:24s} {json.dumps({'sampler': m['sampler'], 'cache': m['cache']})}")
+        shown = {k: m[k] for k in ("sampler", "cache", "gen_length") if k in m}
+        print(f"  {name:24s} {json.dumps(shown)}")
     n = len(c.backbones) * len(c.tasks) * len(c.methods)
     print(f"generate jobs: {n}")
     return 0

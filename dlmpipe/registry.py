@@ -69,6 +69,11 @@ def choice(values: list, default, description: str) -> dict:
     return {"description": description, "enum": list(values), "default": default}
 
 
+def seed_or_null(default, description: str) -> dict:
+    return {"description": description, "anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}],
+            "default": default}
+
+
 TEMPERATURE = number(0, "Gumbel noise temperature (0 is greedy)")
 #: LLaDA's blocks and uniform per-block schedule (llada_confidence, random_order)
 LLADA_SCHEDULE = {"block_length": positive_or_null(None, "null means gen_length (one block)"),
@@ -163,12 +168,41 @@ SAMPLERS = _registry(
         "masked_rows",
         {"f": number(1.0, "accept the largest sorted prefix n with c_(i) >= 1 - f/(i+1), i = 2..n",
                      exclusive_minimum=True),
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: the rule above; released: Fast-dLLM's code "
+                        "(get_transfer_index_dynamic), which also accepts the last candidate when "
+                        "only it fails (n = m - 1 of m becomes m)"),
          **PARALLEL_BLOCKS},
         checks=(blocks_tile_response,)),
     Component(
         "random_order", "dlmpipe.samplers.random_order:RandomOrder",
         "random decoding order fixed at each block's start, LLaDA's schedule (dKV-Cache greedy)",
-        "masked_rows", LLADA_SCHEDULE, checks=(blocks_tile_response, steps_split_over_blocks)),
+        "masked_rows",
+        {**LLADA_SCHEDULE,
+         "order_seed": seed_or_null(None, "null: orders drawn from the sample's generator; an "
+                                          "integer: from a generator seeded with it at each "
+                                          "sample's start, so every sample gets the same block "
+                                          "orders (the released dKV-Cache code seeds 42)")},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
+    Component(
+        "dream", "dlmpipe.samplers.dream:DreamSampler",
+        "Dream's native sampler: no blocks, schedule linspace(1, eps, steps + 1), masked positions "
+        "anywhere in the response unmasked by confidence (alg)", "masked_rows",
+        {"steps": positive_or_null(None, "total steps; null means gen_length"),
+         "eps": {"description": "final time of the schedule linspace(1, eps, steps + 1)",
+                 "type": "number", "minimum": 0, "exclusiveMaximum": 1, "default": 1e-3},
+         "alg": choice(["origin", "maskgit_plus", "topk_margin", "entropy"], "origin",
+                       "origin: each mask unmasked with probability 1 - s/t; maskgit_plus, "
+                       "topk_margin, entropy: the floor(m (1 - s/t)) most confident masks by "
+                       "probability, top-1 minus top-2 margin, or negative entropy"),
+         "temperature": number(0, "divides the logits; > 0 samples the token, 0 takes the most "
+                                  "probable"),
+         "top_p": fraction_or_null(None, "nucleus filter before the softmax; null: none"),
+         "top_k": positive_or_null(None, "keep the k largest logits; null: all"),
+         "alg_temp": {"description": "null or 0: the most confident masks; > 0: drawn without "
+                                     "replacement with probabilities softmax(confidence / alg_temp)",
+                      "anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}],
+                      "default": None}}),
 )
 
 _REFRESH_INTERVAL_OR_NULL = positive_or_null(
@@ -332,7 +366,8 @@ def expected(spec: dict) -> str:
         return "null"
     words = {"integer": "an integer", "number": "a number"}.get(kind, f"a {kind}")
     bounds = [f"{op} {spec[key]}" for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"),
-                                                  ("maximum", "<=")) if key in spec]
+                                                  ("maximum", "<="), ("exclusiveMaximum", "<"))
+              if key in spec]
     return " ".join([words, " and ".join(bounds)]).strip()
 
 
