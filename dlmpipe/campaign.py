@@ -5,14 +5,21 @@ The Snakefile builds a ``Campaign`` before any job runs: one pass that applies t
 ``dlmpipe.registry``) with the default-filling validator Snakemake uses, reporting *every*
 error by its dotted key (``methods.archer.cache.K``), then adds what a schema cannot say:
 checkpoint directories exist, tasks are registered, sweeps expand into unique, readable method
-names, a cache can serve its sampler, blocks divide the generation length, and the reference
-method exists.
+names, per-backbone/per-task overrides (dlmpipe/overrides.py) name existing backbones and tasks
+and valid parameters, ``auto`` parameters (SPA-Cache's profile) fit each backbone, a cache can
+serve its sampler, blocks divide the generation length, and the reference method exists.
+
+``Campaign.method(name, task, backbone)`` is what a generate job decodes with: the method's
+parameters with that backbone's and task's overrides applied and its ``auto`` parameters chosen
+for that backbone's checkpoint (dlmpipe/backbones/identity.py), so a change to one backbone's
+parameters reruns exactly that backbone's jobs.
 
 ``python -m dlmpipe.campaign [config.yaml ...]`` prints the expanded campaign.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import re
@@ -22,7 +29,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import registry
+from . import overrides, registry
+from .backbones.identity import BackboneIdentity, CheckpointError, checkpoint_identity
 from .registry import canonical
 
 SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
@@ -210,6 +218,33 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
     return methods, problems
 
 
+def override_problems(base: str, spec: dict, entries: list, schema: dict) -> list[str]:
+    """What a method's overrides may not do (dlmpipe/overrides.py): change a swept parameter,
+    appear in the name template, or give a parameter a value its entry rejects."""
+    where, problems = f"methods.{base}", []
+    swept = set(spec.get("sweep") or {})
+    shown = set(TEMPLATE_FIELD.findall(spec.get("name") or ""))
+    for field, key in overrides.overridden(entries).items():
+        if field in swept:
+            problems.append(f"{where}.overrides.{key}.{field}: {field} is swept "
+                            f"({where}.sweep); an override cannot change a swept parameter "
+                            "(its values name the methods): sweep it, or make separate methods")
+        if field in shown:
+            problems.append(f"{where}.name: template field {{{field}}} is overridden "
+                            f"({where}.overrides.{key}); a method keeps one name on every "
+                            "backbone and task")
+    for e in entries:
+        for part, params in e.params.items():
+            if "name" in params:
+                continue  # reported by overrides.parse
+            merged = {**spec[part], **params}
+            for err in validator_for(schema, schema["$defs"][part]).iter_errors(merged):
+                for line in explain(err, schema):
+                    k, _, rest = line.partition(": ")
+                    problems.append(f"{where}.overrides.{e.key}.{part}.{k}: {rest}")
+    return problems
+
+
 # --------------------------------------------------------------------------------------
 # the campaign
 # --------------------------------------------------------------------------------------
@@ -224,11 +259,17 @@ class Campaign:
         if check_paths:
             problems += self._backbone_problems()
         problems += self._task_problems()
+        #: the expanded methods as configured (before overrides and ``auto`` parameters)
         self.methods: dict[str, dict] = {}
         origin: dict[str, str] = {}
+        self._overrides: dict[str, list[overrides.Override]] = {}
         for base, spec in config["methods"].items():
             expanded, found = expand_method(base, spec, schema)
             problems += found
+            entries, found = overrides.parse(f"methods.{base}", spec.get("overrides") or {},
+                                             self.backbones, self.tasks)
+            problems += found + override_problems(base, spec, entries, schema)
+            self._overrides[base] = entries
             for m in expanded:
                 if m["name"] in self.methods:
                     by = ("" if origin[m["name"]] == base else
@@ -240,10 +281,11 @@ class Campaign:
                 self.methods[m["name"]], origin[m["name"]] = m, base
                 if (p := registry.pairing_problem(m["sampler"]["name"], m["cache"]["name"])):
                     problems.append(f"methods.{base}: {p}")
-                for task, opts in config["tasks"].items():
-                    for p in registry.gen_length_problems(m, opts["gen_length"]):
-                        problems.append(f"methods.{base}.{p} (method {m['name']}, "
-                                        f"tasks.{task}.gen_length)")
+        self.origin = origin
+        self._identities: dict[str, BackboneIdentity | CheckpointError] = {}
+        self._check_paths = check_paths
+        if not problems:
+            problems += self._build_jobs()
         ref = config["reference_method"]
         if self.methods and ref not in self.methods:
             problems.append(f"reference_method: {ref!r} is not a method of this campaign "
@@ -254,7 +296,6 @@ class Campaign:
                                 f"campaign (methods: {', '.join(self.methods)})")
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
-        self.origin = origin
 
     def _backbone_problems(self) -> list[str]:
         problems = []
@@ -292,14 +333,91 @@ class Campaign:
         """Loader options (everything but gen_length, which only generation reads)."""
         return {k: v for k, v in self.config["tasks"][task].items() if k != "gen_length"}
 
-    def needs_proxies(self, name: str) -> bool:
-        """The method's generate jobs read the backbone's singular proxies
-        (``backbones/{b}/proxies.safetensors``, written by the svd rule)."""
-        return "proxies" in registry.artifacts(self.methods[name])
+    def needs_proxies(self, name: str, backbone: str | None = None, task: str | None = None) -> bool:
+        """The method's generate jobs on ``backbone`` and ``task`` (None: any) read the backbone's
+        singular proxies (``backbones/{b}/proxies.safetensors``, written by the svd rule)."""
+        return any("proxies" in registry.artifacts(self._jobs[(name, t, b)])
+                   for b in ([backbone] if backbone else self.backbones)
+                   for t in ([task] if task else self.tasks))
 
-    def method(self, name: str, task: str) -> dict:
-        """The concrete method a generate job decodes with: name, sampler, cache, gen_length."""
-        return {**self.methods[name], "gen_length": self.config["tasks"][task]["gen_length"]}
+    def method(self, name: str, task: str, backbone: str) -> dict:
+        """The concrete method a generate job decodes with: name, sampler, cache (overrides
+        applied, ``auto`` parameters chosen for the backbone) and gen_length. Shared: do not
+        modify."""
+        return self._jobs[(name, task, backbone)]
+
+    # ---- per job: overrides, auto parameters, gen_length ----------------------------------
+    def differences(self, name: str) -> dict[str, str]:
+        """Where the method's jobs decode with other parameters than configured (overrides,
+        ``auto`` parameters): ``backbone`` (every task alike) or ``backbone/task`` -> the
+        differing parameters as text."""
+        point, out = self.methods[name], {}
+        for backbone in self.backbones:
+            per_task = {}
+            for task in self.tasks:
+                job = self._jobs[(name, task, backbone)]
+                per_task[task] = ", ".join(f"{part}.{k}={v}" for part in overrides.PARTS
+                                           for k, v in job[part].items() if point[part].get(k) != v)
+            if len(set(per_task.values())) == 1:
+                if (diff := next(iter(per_task.values()))):
+                    out[backbone] = diff
+            else:
+                out.update({f"{backbone}/{t}": d for t, d in per_task.items() if d})
+        return out
+
+    def _identity(self, backbone: str) -> BackboneIdentity | CheckpointError:
+        """The backbone's family and checkpoint names, or why config.json cannot tell them."""
+        if backbone not in self._identities:
+            b = self.config["backbones"][backbone]
+            if "toy" in b:  # trained by the workflow in LLaDA's format (dlmpipe/backbones/toy.py)
+                identity = BackboneIdentity("llada", (), f"backbones.{backbone} (toy)")
+            else:
+                try:
+                    identity = dataclasses.replace(checkpoint_identity(b["path"]),
+                                                   source=f"backbones.{backbone} ({b['path']})")
+                except CheckpointError as e:
+                    identity = e
+            self._identities[backbone] = identity
+        return self._identities[backbone]
+
+    def _bind(self, where: str, method: dict, backbone: str) -> tuple[dict, list[str]]:
+        """``method`` with its ``auto`` parameters chosen for the backbone."""
+        if not any(method[part].get(key) == "auto"
+                   for part in overrides.PARTS
+                   for key in registry.lookup(part, method[part]["name"]).auto):
+            return method, []
+        identity = self._identity(backbone)
+        if isinstance(identity, CheckpointError):
+            # unchecked paths (check_paths=False): the generate job chooses, from the manifest
+            return method, ([f"backbones.{backbone}.path: {identity} (needed to choose the auto "
+                             f"parameters of {where})"] if self._check_paths else [])
+        try:
+            return {**method, **{part: registry.bind(part, method[part], identity)
+                                 for part in overrides.PARTS}}, []
+        except registry.NoFit as e:
+            return method, [f"{where}.{e}; set {where}.{e.kind}.{e.key}, or "
+                            f"{where}.overrides.{backbone}.{e.kind}.{e.key} for this backbone"]
+
+    def _build_jobs(self) -> list[str]:
+        """Every generate job's method (``method``), and the problems found on the way."""
+        problems: list[str] = []
+        self._jobs: dict[tuple[str, str, str], dict] = {}
+        for name, point in self.methods.items():
+            base = self.origin[name]
+            where = f"methods.{base}"
+            for task, opts in self.config["tasks"].items():
+                gen_length = opts["gen_length"]
+                for backbone in self.backbones:
+                    method, applied, found = overrides.apply(where, point, self._overrides[base],
+                                                             backbone, task)
+                    method, bound = self._bind(where, method, backbone)
+                    problems += found + bound
+                    via = (f" on {backbone}, with " + ", ".join(f"{where}.overrides.{e.key}"
+                                                                for e in applied)) if applied else ""
+                    problems += [f"{where}.{p} (method {name}{via}, tasks.{task}.gen_length)"
+                                 for p in registry.gen_length_problems(method, gen_length)]
+                    self._jobs[(name, task, backbone)] = {**method, "gen_length": gen_length}
+        return problems
 
 
 def load_campaign(paths: list[str | Path], schema_path: str | Path = SCHEMA,
@@ -329,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
           f"methods ({len(c.methods)}), reference {c.config['reference_method']}:")
     for name, m in c.methods.items():
         print(f"  {name:24s} {json.dumps({'sampler': m['sampler'], 'cache': m['cache']})}")
+        for where, diff in c.differences(name).items():
+            print(f"    on {where}: {diff}")
     n = len(c.backbones) * len(c.tasks) * len(c.methods)
     print(f"generate jobs: {n}")
     return 0

@@ -110,7 +110,7 @@ def test_jobs_see_the_schema_defaults_of_the_one_validation_pass(tmp_path, snake
     planned = {m["name"]: m for m in map(json.loads, re.findall(r"--method '(\{.*?\})'", proc.stdout))}
     campaign = Campaign(copy.deepcopy(tiny_config))
     for name in campaign.methods:
-        assert planned[name] == campaign.method(name, "toy_code")
+        assert planned[name] == campaign.method(name, "toy_code", "toy")
     assert planned["archer-k1"]["cache"] == {"name": "archer", "K": 1, "refresh": "distance", "A": 8}
 
 
@@ -123,7 +123,7 @@ def test_default_campaign_expands_readable_names():
                                "spa-r128-uniform", "spa-r128-adaptive-p0.5",
                                "spa-r128-adaptive-parallel", "dllm-cache-kp50-kr7"]
     assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
-    assert c.method("archer-k8", "toy_code") == {**c.methods["archer-k8"], "gen_length": 16}
+    assert c.method("archer-k8", "toy_code", "toy") == {**c.methods["archer-k8"], "gen_length": 16}
     assert "gen_length" not in c.task_options("toy_code")
 
 
