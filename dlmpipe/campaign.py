@@ -218,10 +218,11 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
     return methods, problems
 
 
-def override_problems(base: str, spec: dict, entries: list, schema: dict) -> list[str]:
-    """What a method's overrides may not do (dlmpipe/overrides.py): change a swept parameter,
-    appear in the name template, or give a parameter a value its entry rejects."""
-    where, problems = f"methods.{base}", []
+def check_overrides(base: str, spec: dict, entries: list, schema: dict) -> tuple[list, list[str]]:
+    """A method's override entries (dlmpipe/overrides.py) that are valid, and the problems of
+    the others: changing a swept parameter, one the name template shows, or giving a parameter
+    a value the method's own sampler/cache rejects."""
+    where, problems, bad = f"methods.{base}", [], set()
     swept = set(spec.get("sweep") or {})
     shown = set(TEMPLATE_FIELD.findall(spec.get("name") or ""))
     for field, key in overrides.overridden(entries).items():
@@ -235,14 +236,12 @@ def override_problems(base: str, spec: dict, entries: list, schema: dict) -> lis
                             "backbone and task")
     for e in entries:
         for part, params in e.params.items():
-            if "name" in params:
-                continue  # reported by overrides.parse
-            merged = {**spec[part], **params}
-            for err in validator_for(schema, schema["$defs"][part]).iter_errors(merged):
+            for err in validator_for(schema, schema["$defs"][part]).iter_errors({**spec[part], **params}):
+                bad.add(e.key)
                 for line in explain(err, schema):
                     k, _, rest = line.partition(": ")
                     problems.append(f"{where}.overrides.{e.key}.{part}.{k}: {rest}")
-    return problems
+    return [e for e in entries if e.key not in bad], problems
 
 
 # --------------------------------------------------------------------------------------
@@ -268,8 +267,8 @@ class Campaign:
             problems += found
             entries, found = overrides.parse(f"methods.{base}", spec.get("overrides") or {},
                                              self.backbones, self.tasks)
-            problems += found + override_problems(base, spec, entries, schema)
-            self._overrides[base] = entries
+            self._overrides[base], more = check_overrides(base, spec, entries, schema)
+            problems += found + more
             for m in expanded:
                 if m["name"] in self.methods:
                     by = ("" if origin[m["name"]] == base else
@@ -284,8 +283,7 @@ class Campaign:
         self.origin = origin
         self._identities: dict[str, BackboneIdentity | CheckpointError] = {}
         self._check_paths = check_paths
-        if not problems:
-            problems += self._build_jobs()
+        problems += self._build_jobs()
         ref = config["reference_method"]
         if self.methods and ref not in self.methods:
             problems.append(f"reference_method: {ref!r} is not a method of this campaign "
@@ -388,9 +386,12 @@ class Campaign:
             return method, []
         identity = self._identity(backbone)
         if isinstance(identity, CheckpointError):
-            # unchecked paths (check_paths=False): the generate job chooses, from the manifest
+            # a missing directory or config.json is reported by _backbone_problems; unchecked
+            # paths (check_paths=False): the generate job chooses, from the manifest
+            path = Path(self.config["backbones"][backbone]["path"]).expanduser()
             return method, ([f"backbones.{backbone}.path: {identity} (needed to choose the auto "
-                             f"parameters of {where})"] if self._check_paths else [])
+                             f"parameters of {where})"]
+                            if self._check_paths and (path / "config.json").is_file() else [])
         try:
             return {**method, **{part: registry.bind(part, method[part], identity)
                                  for part in overrides.PARTS}}, []

@@ -56,12 +56,13 @@ def parse(where: str, block: dict, backbones: list[str], tasks: list[str]) -> tu
             problems.append(f"{label}: the same backbone and task as {where}.overrides.{seen[scope]}")
             continue
         seen[scope] = key
-        for part in PARTS:
-            if "name" in params.get(part, {}):
-                problems.append(f"{label}.{part}.name: overrides change parameters, not the "
-                                f"{part}; list another {part} as a separate method")
-        entries.append(Override(key, *scope, {part: {k: canonical(v) for k, v in params.get(part, {}).items()}
-                                              for part in PARTS if params.get(part)}))
+        named = [part for part in PARTS if "name" in params.get(part, {})]
+        problems += [f"{label}.{part}.name: overrides change parameters, not the {part}; list "
+                     f"another {part} as a separate method" for part in named]
+        if not named:
+            entries.append(Override(key, *scope, {
+                part: {k: canonical(v) for k, v in params[part].items()}
+                for part in PARTS if params.get(part)}))
     return entries, problems
 
 
