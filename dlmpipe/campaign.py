@@ -218,30 +218,10 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
     return methods, problems
 
 
-def check_overrides(base: str, spec: dict, entries: list, schema: dict) -> tuple[list, list[str]]:
-    """A method's override entries (dlmpipe/overrides.py) that are valid, and the problems of
-    the others: changing a swept parameter, one the name template shows, or giving a parameter
-    a value the method's own sampler/cache rejects."""
-    where, problems, bad = f"methods.{base}", [], set()
-    swept = set(spec.get("sweep") or {})
-    shown = set(TEMPLATE_FIELD.findall(spec.get("name") or ""))
-    for field, key in overrides.overridden(entries).items():
-        if field in swept:
-            problems.append(f"{where}.overrides.{key}.{field}: {field} is swept "
-                            f"({where}.sweep); an override cannot change a swept parameter "
-                            "(its values name the methods): sweep it, or make separate methods")
-        if field in shown:
-            problems.append(f"{where}.name: template field {{{field}}} is overridden "
-                            f"({where}.overrides.{key}); a method keeps one name on every "
-                            "backbone and task")
-    for e in entries:
-        for part, params in e.params.items():
-            for err in validator_for(schema, schema["$defs"][part]).iter_errors({**spec[part], **params}):
-                bad.add(e.key)
-                for line in explain(err, schema):
-                    k, _, rest = line.partition(": ")
-                    problems.append(f"{where}.overrides.{e.key}.{part}.{k}: {rest}")
-    return [e for e in entries if e.key not in bad], problems
+def part_problems(schema: dict, part: str, spec: dict) -> list[tuple[str, str]]:
+    """(parameter, problem) of a sampler or cache spec against its registry entry."""
+    return [(k, rest) for err in validator_for(schema, schema["$defs"][part]).iter_errors(spec)
+            for k, _, rest in (line.partition(": ") for line in explain(err, schema))]
 
 
 # --------------------------------------------------------------------------------------
@@ -267,7 +247,9 @@ class Campaign:
             problems += found
             entries, found = overrides.parse(f"methods.{base}", spec.get("overrides") or {},
                                              self.backbones, self.tasks)
-            self._overrides[base], more = check_overrides(base, spec, entries, schema)
+            self._overrides[base], more = overrides.check(
+                f"methods.{base}", spec, entries, set(TEMPLATE_FIELD.findall(spec.get("name") or "")),
+                lambda part, params: part_problems(schema, part, params))
             problems += found + more
             for m in expanded:
                 if m["name"] in self.methods:

@@ -28,6 +28,7 @@ Rules (dlmpipe.campaign applies them and names every problem by its dotted key):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from .registry import canonical
 
@@ -42,7 +43,8 @@ class Override:
     params: dict          # part -> {parameter: value}
 
 
-def parse(where: str, block: dict, backbones: list[str], tasks: list[str]) -> tuple[list[Override], list[str]]:
+def parse(where: str, block: dict, backbones: list[str],
+          tasks: list[str]) -> tuple[list[Override], list[str]]:
     """The entries of ``block`` (a method's ``overrides``) with their scope, and the problems
     found in its keys and the shape of its entries (values are checked by the campaign)."""
     entries, problems, seen = [], [], {}
@@ -86,6 +88,30 @@ def _scope(key: str, backbones: list[str], tasks: list[str]) -> tuple[tuple, str
         return (None, key), None
     return (None, None), (f"{key!r} is neither a backbone ({', '.join(backbones)}) nor a task "
                           f"({', '.join(tasks)}); use <backbone>, <task> or <backbone>/<task>")
+
+
+def check(where: str, spec: dict, entries: list[Override], shown: set[str],
+          problems_of: Callable[[str, dict], list[tuple[str, str]]]) -> tuple[list[Override], list[str]]:
+    """The valid entries of a method's overrides, and the problems of the others: changing a
+    swept parameter or one the name template shows (``shown``), or a value the method's own
+    sampler/cache rejects (``problems_of(part, spec)``: (parameter, problem) pairs)."""
+    problems, bad = [], set()
+    swept = set(spec.get("sweep") or {})
+    for field, key in overridden(entries).items():
+        if field in swept:
+            problems.append(f"{where}.overrides.{key}.{field}: {field} is swept ({where}.sweep); "
+                            "an override cannot change a swept parameter (its values name the "
+                            "methods): sweep it, or make separate methods")
+        if field in shown:
+            problems.append(f"{where}.name: template field {{{field}}} is overridden "
+                            f"({where}.overrides.{key}); a method keeps one name on every "
+                            "backbone and task")
+    for e in entries:
+        for part, params in e.params.items():
+            for k, problem in problems_of(part, {**spec[part], **params}):
+                bad.add(e.key)
+                problems.append(f"{where}.overrides.{e.key}.{part}.{k}: {problem}")
+    return [e for e in entries if e.key not in bad], problems
 
 
 def overridden(entries: list[Override]) -> dict[str, str]:

@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .engine import spa_profiles
+
 # ------------------------------------------------------------------------------------------
 # logit rows: which response rows get fresh logits at every step
 # ------------------------------------------------------------------------------------------
@@ -177,44 +179,6 @@ SAMPLERS = _registry(
         "masked_rows", LLADA_SCHEDULE, checks=(blocks_tile_response, steps_split_over_blocks)),
 )
 
-# ------------------------------------------------------------------------------------------
-# SPA-Cache's profile per backbone (profile: auto; docs/METHODS.md §2.3)
-# ------------------------------------------------------------------------------------------
-SPA_PROFILES = ["llada-8b-instruct", "llada-1.5", "dream-7b"]
-#: (family, pattern found in one of the checkpoint's names ("" matches any), profile or None
-#: for "no profile fits", why); the first rule that matches decides
-SPA_PROFILE_RULES = (
-    ("llada", r"llada[-_ .]?v?1[._]5", "llada-1.5", "LLaDA-1.5's profile (the paper's appendix)"),
-    ("dream", r"diffucoder", None, "the paper publishes no profile for DiffuCoder (Dream's "
-                                   "architecture, trained from Qwen2.5-Coder); dream-7b is the "
-                                   "closest"),
-    ("llada", "", "llada-8b-instruct", "LLaDA-8B-Instruct's profile: every other LLaDA-format "
-                                       "checkpoint (LLaDA-8B-Instruct/Base, the toy) shares its "
-                                       "config.json"),
-    ("dream", "", "dream-7b", "Dream-v0-7B's profile"),
-)
-
-
-def spa_profile(params: dict, backbone) -> str:
-    """SPA-Cache's ``profile: auto``: the profile of the backbone's family and checkpoint name
-    (``SPA_PROFILE_RULES``, first match). Where none fits, an error when the budget is adaptive
-    and "auto" kept when it is uniform (the profile is unused there)."""
-    import re
-
-    for family, pattern, profile, why in SPA_PROFILE_RULES:
-        if family == backbone.family and (not pattern or any(
-                re.search(pattern, name, re.IGNORECASE) for name in backbone.names)):
-            if profile is not None:
-                return profile
-            break
-    else:
-        why = "no SPA-Cache profile is known for this family"
-    if params["budget"] != "adaptive":
-        return "auto"
-    raise ValueError(f"no SPA-Cache profile fits {backbone.describe()}: {why}; name one of "
-                     f"{', '.join(SPA_PROFILES)}")
-
-
 _REFRESH_INTERVAL_OR_NULL = positive_or_null(
     None, "also a full forward every this many steps of a block (1: every step, equals full "
           "recompute); null: block starts only")
@@ -270,11 +234,11 @@ CACHES = _registry(
                               "most min(n_kv_heads*head_dim, d_model))"),
          "budget": choice(["adaptive", "uniform"], "adaptive",
                           "adaptive: rho(l) from the profile; uniform: rho at every layer"),
-         "profile": choice(["auto", *SPA_PROFILES], "auto",
+         "profile": choice(["auto", *spa_profiles.PROFILES], "auto",
                            "constants of rho(l) (m, rho_p, rho_1, rho_L); auto: the backbone's, "
-                           "by family and checkpoint name (LLaDA-1.5, other LLaDA checkpoints "
-                           "and the toy: llada-8b-instruct, Dream: dream-7b; none for "
-                           "DiffuCoder)"),
+                           "by family and checkpoint name (LLaDA-1.5: llada-1.5; other LLaDA "
+                           "checkpoints and the toy: llada-8b-instruct; Dream: dream-7b; none "
+                           "fits DiffuCoder: name one)"),
          "rho_p": fraction_or_null(None, "peak of rho(l), the ends rescaled with it; null: the "
                                          "profile's (0.25)"),
          "scale": number(1.0, "multiplies the whole adaptive profile (clipped to 1)",
@@ -291,7 +255,7 @@ CACHES = _registry(
          "refresh_gen_steps": positive_or_null(7, "recompute the whole response (cached prompt) "
                                                   "every this many steps; null: never")},
         artifacts={"proxies": lambda params: params["identifier"] == "singular"},
-        auto={"profile": spa_profile}),
+        auto={"profile": spa_profiles.profile_for}),
     Component(
         "dllm_cache", "dlmpipe.engine.dllm_cache:DLLMCache",
         "dLLM-Cache: prompt refresh every K_p steps, response refresh every K_r steps, in between "

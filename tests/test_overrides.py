@@ -105,7 +105,8 @@ def test_campaign_binds_each_backbone_and_applies_overrides(checkpoints):
     assert c.method("archer", "toy_arith", "llada")["cache"]["K"] == 8
     # everything else is the method as configured
     job = c.method("archer", "toy_arith", "dream")
-    assert {**job["cache"], "K": 8} == c.methods["archer"]["cache"] and job["sampler"] == c.methods["archer"]["sampler"]
+    assert {**job["cache"], "K": 8} == c.methods["archer"]["cache"]
+    assert job["sampler"] == c.methods["archer"]["sampler"]
     assert c.differences("archer") == {"llada/toy_code": "cache.K=2", "dream": "cache.K=17"}
 
 
@@ -154,9 +155,11 @@ def test_changing_an_override_reruns_exactly_its_jobs(tmp_path, snakemake, write
         got = dict(zip(changes, pool.map(rerun, changes)))
     report = {("summarize", None, None, None), ("plot", None, None, None)}
     decode = {"generate", "score"}
-    assert got["dream-K"] == {(r, "dream", t, "archer") for r in decode for t in ("toy_arith", "toy_code")} | report
-    assert got["pair-K"] == {(r, "llada", "toy_code", "archer") for r in decode} | report
-    assert got["task-mu"] == {(r, b, "toy_arith", "archer") for r in decode for b in ("llada", "dream")} | report
+    jobs = lambda backbones, tasks: {(r, b, t, "archer") for r in decode  # noqa: E731
+                                     for b in backbones for t in tasks} | report
+    assert got["dream-K"] == jobs(["dream"], ["toy_arith", "toy_code"])
+    assert got["pair-K"] == jobs(["llada"], ["toy_code"])
+    assert got["task-mu"] == jobs(["llada", "dream"], ["toy_arith"])
     assert got["same-K"] == set()
 
 
@@ -181,7 +184,8 @@ def test_jobs_record_the_parameters_they_decoded_with(tmp_path, snakemake, write
             params = json.loads(row["params"])
             assert params["cache"]["profile"] == profile and params["cache"]["identifier"] == "value"
             # the budget the cache applied is that profile's rho(l) (2 layers; stats keep 6 digits)
-            assert json.loads(row["stats"])["layer_budget"] == pytest.approx(layer_budgets(2, profile), abs=1e-6)
+            applied = json.loads(row["stats"])["layer_budget"]
+            assert applied == pytest.approx(layer_budgets(2, profile), abs=1e-6)
         provenance = json.loads(gens[backbone].with_suffix(".provenance.json").read_text())
         assert provenance["method"]["cache"]["profile"] == profile
         assert provenance["method"] == {**json.loads(rows[0]["params"]), "name": "spa"}
@@ -204,18 +208,24 @@ def test_a_generate_job_chooses_auto_parameters_itself(tmp_path, checkpoints):
                        str(out), str(tmp_path / "spa.provenance.json"), device="cpu", warmup=False)
     params = json.loads(pq.read_table(out).to_pylist()[0]["params"])
     assert params["cache"]["profile"] == "llada-1.5" and params["cache"]["budget"] == "adaptive"
-    assert json.loads((tmp_path / "spa.provenance.json").read_text())["method"]["cache"]["profile"] == "llada-1.5"
+    provenance = json.loads((tmp_path / "spa.provenance.json").read_text())
+    assert provenance["method"]["cache"]["profile"] == "llada-1.5"
 
 
 # ---- rejections, each naming its key ---------------------------------------------------------
 REJECTIONS = [  # (archer's overrides or a change to the campaign, what the message must say)
     ({"drem": {"cache": {"K": 3}}}, "methods.archer.overrides.drem: 'drem' is neither a backbone"),
-    ({"llada/nonesuch": {"cache": {"K": 3}}}, "methods.archer.overrides.llada/nonesuch: unknown task 'nonesuch'"),
-    ({"dream": {"cache": {"K": 0}}}, "methods.archer.overrides.dream.cache.K: 0 is not valid; expected refresh radius"),
-    ({"dream": {"cache": {"Kk": 3}}}, "methods.archer.overrides.dream.cache.Kk: unknown key (allowed here: name, K"),
+    ({"llada/nonesuch": {"cache": {"K": 3}}},
+     "methods.archer.overrides.llada/nonesuch: unknown task 'nonesuch'"),
+    ({"dream": {"cache": {"K": 0}}},
+     "methods.archer.overrides.dream.cache.K: 0 is not valid; expected refresh radius"),
+    ({"dream": {"cache": {"Kk": 3}}},
+     "methods.archer.overrides.dream.cache.Kk: unknown key (allowed here: name, K"),
     ({"dream": {"sampler": {"mu": 0}}}, "methods.archer.overrides.dream.sampler.mu: 0 is less than or equal"),
-    ({"dream": {"cache": {"name": "none"}}}, "methods.archer.overrides.dream.cache.name: overrides change parameters"),
-    ({"dream": {"cach": {"K": 3}}}, "methods.archer.overrides.dream.cach: unknown key (allowed here: sampler, cache)"),
+    ({"dream": {"cache": {"name": "none"}}},
+     "methods.archer.overrides.dream.cache.name: overrides change parameters"),
+    ({"dream": {"cach": {"K": 3}}},
+     "methods.archer.overrides.dream.cach: unknown key (allowed here: sampler, cache)"),
     ({"dream": {}}, "methods.archer.overrides.dream: {} should be non-empty"),
     ({"a b": {"cache": {"K": 3}}}, "methods.archer.overrides.a b: invalid name"),
     ({"*/*": {"cache": {"K": 3}}}, "methods.archer.overrides.*/*: applies everywhere"),
@@ -230,7 +240,8 @@ REJECTIONS = [  # (archer's overrides or a change to the campaign, what the mess
 ]
 
 
-@pytest.mark.parametrize("block,named", REJECTIONS, ids=[r[1].split(":")[0][16:] + str(i) for i, r in enumerate(REJECTIONS)])
+@pytest.mark.parametrize("block,named", REJECTIONS,
+                         ids=[f"{i}-{r[1].split(':')[0][16:]}" for i, r in enumerate(REJECTIONS)])
 def test_bad_overrides_are_rejected_naming_the_key(checkpoints, block, named):
     config = two_backbones(checkpoints)
     config["methods"]["archer"]["overrides"] = block
@@ -244,8 +255,9 @@ def test_conflicts_settled_by_the_pair_and_sweeps_kept_apart(checkpoints):
     config["methods"]["archer"]["overrides"] = {"dream": {"cache": {"K": 3}}, "toy_code": {"cache": {"K": 4}},
                                                 "dream/toy_code": {"cache": {"K": 5}}}
     c = Campaign(config)
-    assert [c.method("archer", t, b)["cache"]["K"] for b in ("llada", "dream") for t in ("toy_arith", "toy_code")] \
-        == [8, 4, 3, 5]
+    got = [c.method("archer", t, b)["cache"]["K"]
+           for b in ("llada", "dream") for t in ("toy_arith", "toy_code")]
+    assert got == [8, 4, 3, 5]
     swept = two_backbones(checkpoints)
     swept["methods"]["archer"]["sweep"] = {"cache.K": [1, 8]}
     with pytest.raises(ConfigError, match=r"methods\.archer\.overrides\.dream\.cache\.K: cache\.K is swept"):
@@ -253,10 +265,12 @@ def test_conflicts_settled_by_the_pair_and_sweeps_kept_apart(checkpoints):
     # an override applies to every point of a sweep of other parameters
     swept["methods"]["archer"]["sweep"] = {"cache.refresh": ["distance", "age"]}
     c = Campaign(swept)
-    assert {c.method(m, "toy_arith", "dream")["cache"]["K"] for m in c.methods if m.startswith("archer")} == {17}
+    assert {c.method(m, "toy_arith", "dream")["cache"]["K"] for m in ("archer-refreshdistance",
+                                                                      "archer-refreshage")} == {17}
     shown = two_backbones(checkpoints)
     shown["methods"]["archer"]["name"] = "archer-k{cache.K}"
-    with pytest.raises(ConfigError, match=r"methods\.archer\.name: template field \{cache\.K\} is overridden"):
+    with pytest.raises(ConfigError, match=r"methods\.archer\.name: template field \{cache\.K\} is "
+                                          r"overridden"):
         Campaign(shown)
 
 

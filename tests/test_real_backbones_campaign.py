@@ -35,7 +35,8 @@ def test_papers_campaign_dry_runs_on_real_format_checkpoints(tmp_path, snakemake
         r"--manifest \S*backbones/([^/]+)/manifest\.json --task-file \S*tasks/(\w+)\.parquet "
         r"--method '(\{.*?\})'", proc.stdout)}
     assert len(planned) == counts["generate"]
-    archer_k = {"llada-8b-instruct": (11, 15), "dream-7b-instruct": (17, 9), "diffucoder-7b-instruct": (8, 15)}
+    archer_k = {"llada-8b-instruct": (11, 15), "dream-7b-instruct": (17, 9),  # (MBPP, HumanEval)
+                "diffucoder-7b-instruct": (8, 15)}
     spa = {"llada-8b-instruct": ("llada-8b-instruct", 128), "dream-7b-instruct": ("dream-7b", 32),
            "diffucoder-7b-instruct": ("dream-7b", 32)}
     for b in FAMILIES:
