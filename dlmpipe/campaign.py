@@ -30,7 +30,7 @@ import jsonschema
 import yaml
 
 from . import overrides, registry
-from .backbones.identity import BackboneIdentity, CheckpointError, checkpoint_identity
+from .backbones.identity import TOY, BackboneIdentity, CheckpointError, checkpoint_identity
 from .registry import canonical
 
 SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
@@ -349,8 +349,8 @@ class Campaign:
         """The backbone's family and checkpoint names, or why config.json cannot tell them."""
         if backbone not in self._identities:
             b = self.config["backbones"][backbone]
-            if "toy" in b:  # trained by the workflow in LLaDA's format (dlmpipe/backbones/toy.py)
-                identity = BackboneIdentity("llada", (), f"backbones.{backbone} (toy)")
+            if "toy" in b:  # trained by the workflow, in LLaDA's format
+                identity = dataclasses.replace(TOY, source=f"backbones.{backbone} (toy)")
             else:
                 try:
                     identity = dataclasses.replace(checkpoint_identity(b["path"]),
