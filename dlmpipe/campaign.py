@@ -289,10 +289,17 @@ class Campaign:
         return problems
 
     def _task_problems(self) -> list[str]:
-        from .tasks.registry import TASKS
+        from .tasks.registry import TASKS, loader_options
 
-        return [f"tasks.{name}: unknown task; known tasks: {', '.join(sorted(TASKS))}"
-                for name in self.config["tasks"] if name not in TASKS]
+        problems = []
+        for name, opts in self.config["tasks"].items():
+            if name not in TASKS:
+                problems.append(f"tasks.{name}: unknown task; known tasks: {', '.join(sorted(TASKS))}")
+                continue
+            known = loader_options(name) + ["limit", "ids", "gen_length"]
+            problems += [f"tasks.{name}.{key}: task {name!r} takes no option {key!r} (its "
+                         f"options: {', '.join(known)})" for key in opts if key not in known]
+        return problems
 
     # ---- what the rules read --------------------------------------------------------
     @property

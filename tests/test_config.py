@@ -13,7 +13,7 @@ from dlmpipe import campaign as cp
 from dlmpipe import registry
 from dlmpipe.campaign import Campaign, ConfigError, check_config, load_campaign
 
-from .workflow import CONFIGS, REPO
+from .workflow import CONFIGS, REPO, job_blocks
 
 
 def with_change(config: dict, dotted: str, value) -> dict:
@@ -46,6 +46,9 @@ REJECTIONS = [
     ("tasks/toy_code/gen_length", 0, "tasks.toy_code.gen_length"),
     ("tasks/toy_code/gen_length", DELETE, "tasks.toy_code.gen_length: missing"),
     ("tasks/nonesuch", {"gen_length": 8}, "tasks.nonesuch: unknown task"),
+    ("tasks/toy_code/fewshot", 3, "tasks.toy_code.fewshot: task 'toy_code' takes no option 'fewshot'"),
+    ("tasks/bbh", {"gen_length": 8, "fewshot": -1}, "tasks.bbh.fewshot"),
+    ("tasks/humaneval", {"gen_length": 8, "prompt_style": "chat"}, "tasks.humaneval.prompt_style"),
     ("device", "tpu", "device: 'tpu' is not one of"),
     ("sandbox", "none", "sandbox: 'none' is not valid; expected isolation of generated code"),
     ("reference_method", "greedy", "reference_method: 'greedy' is not a method"),
@@ -112,6 +115,24 @@ def test_jobs_see_the_schema_defaults_of_the_one_validation_pass(tmp_path, snake
     for name in campaign.methods:
         assert planned[name] == campaign.method(name, "toy_code", "toy")
     assert planned["archer-k1"]["cache"] == {"name": "archer", "K": 1, "refresh": "distance", "A": 8}
+
+
+def test_rules_read_the_config_the_one_pass_filled(tmp_path, snakemake, tiny_config):
+    """Campaign fills `config` itself, the dict the rules read: resources the campaign leaves
+    out reach every job as the schema's defaults, the ones Snakemake's own validator fills."""
+    from snakemake.utils import validate
+
+    theirs = copy.deepcopy(tiny_config)
+    validate(theirs, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    assert "mem_mb" not in tiny_config["resources"]["generate"]  # left to the schema
+    proc = snakemake(tmp_path, "-n", configfile=CONFIGS / "tiny.yaml")
+    seen = set()
+    for rule, body in job_blocks(proc.stdout):
+        if rule in ("train_toy", "generate", "score"):
+            want = theirs["resources"][rule]
+            assert f"runtime={want['runtime']}, mem_mb={want['mem_mb']}" in body, (rule, body)
+            seen.add(rule)
+    assert seen == {"train_toy", "generate", "score"}
 
 
 def test_default_campaign_expands_readable_names():

@@ -47,9 +47,12 @@ def backbone_input(wildcards):
 
 
 def task_input(wildcards):
-    """A local task source is an input: editing the file rebuilds the task (dataset ids are not)."""
-    source = config["tasks"][wildcards.task].get("source")
-    return [source] if source and Path(source).expanduser().exists() else []
+    """Local task files are inputs: editing one rebuilds the task (dataset ids are not). Besides
+    `source`, a task may read `base_source` (ET's base benchmark, PubMedQA's questions) and
+    `fewshot_source` (exemplars)."""
+    options = config["tasks"][wildcards.task]
+    files = [options.get(key) for key in ("source", "base_source", "fewshot_source")]
+    return [f for f in files if f and Path(f).expanduser().exists()]
 
 
 def generate_params(wildcards):
@@ -79,6 +82,11 @@ def generate_threads(wildcards=None):
     if threads is not None:
         return threads
     return 1 if generate_gpus() > 0 else workflow.cores
+
+
+def score_threads(wildcards=None):
+    """Programs a score job runs at once: all cores unless the campaign says."""
+    return RESOURCES["score"]["threads"] or workflow.cores
 
 
 def score_sandbox():
