@@ -5,14 +5,22 @@ The Snakefile builds a ``Campaign`` before any job runs: one pass that applies t
 ``dlmpipe.registry``) with the default-filling validator Snakemake uses, reporting *every*
 error by its dotted key (``methods.archer.cache.K``), then adds what a schema cannot say:
 checkpoint directories exist, tasks load registered benchmarks, sweeps expand into unique,
-readable method names, a cache can serve its sampler, blocks divide the generation length (a
-method's own ``gen_length``, else each task's), and the reference method exists.
+readable method names, per-backbone/per-task overrides (dlmpipe/overrides.py) name existing
+backbones and tasks and valid parameters, ``auto`` parameters (SPA-Cache's profile) fit each
+backbone, a cache can serve its sampler, blocks divide the generation length (a method's own
+``gen_length``, else each task's), and the reference method exists.
+
+``Campaign.method(name, task, backbone)`` is what a generate job decodes with: the method's
+parameters with that backbone's and task's overrides applied and its ``auto`` parameters chosen
+for that backbone's checkpoint (dlmpipe/backbones/identity.py), so a change to one backbone's
+parameters reruns exactly that backbone's jobs.
 
 ``python -m dlmpipe.campaign [config.yaml ...]`` prints the expanded campaign.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import re
@@ -22,7 +30,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import registry
+from . import overrides, registry
+from .backbones.identity import TOY, BackboneIdentity, CheckpointError, checkpoint_identity
 from .registry import canonical
 
 SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
@@ -231,6 +240,12 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
     return methods, problems
 
 
+def part_problems(schema: dict, part: str, spec: dict) -> list[tuple[str, str]]:
+    """(parameter, problem) of a sampler or cache spec against its registry entry."""
+    return [(k, rest) for err in validator_for(schema, schema["$defs"][part]).iter_errors(spec)
+            for k, _, rest in (line.partition(": ") for line in explain(err, schema))]
+
+
 # --------------------------------------------------------------------------------------
 # the campaign
 # --------------------------------------------------------------------------------------
@@ -245,11 +260,19 @@ class Campaign:
         if check_paths:
             problems += self._backbone_problems()
         problems += self._task_problems()
+        #: the expanded methods as configured (before overrides and ``auto`` parameters)
         self.methods: dict[str, dict] = {}
         origin: dict[str, str] = {}
+        self._overrides: dict[str, list[overrides.Override]] = {}
         for base, spec in config["methods"].items():
             expanded, found = expand_method(base, spec, schema)
             problems += found
+            entries, found = overrides.parse(f"methods.{base}", spec.get("overrides") or {},
+                                             self.backbones, self.tasks)
+            self._overrides[base], more = overrides.check(
+                f"methods.{base}", spec, entries, set(TEMPLATE_FIELD.findall(spec.get("name") or "")),
+                lambda part, params: part_problems(schema, part, params))
+            problems += found + more
             for m in expanded:
                 if m["name"] in self.methods:
                     by = ("" if origin[m["name"]] == base else
@@ -261,15 +284,10 @@ class Campaign:
                 self.methods[m["name"]], origin[m["name"]] = m, base
                 if (p := registry.pairing_problem(m["sampler"]["name"], m["cache"]["name"])):
                     problems.append(f"methods.{base}: {p}")
-                # the generation length a job decodes with: the method's own, else each task's
-                if "gen_length" in m:
-                    lengths = {"gen_length": m["gen_length"]}
-                else:
-                    lengths = {f"tasks.{task}.gen_length": opts["gen_length"]
-                               for task, opts in config["tasks"].items()}
-                for source_key, gen_length in lengths.items():
-                    for p in registry.gen_length_problems(m, gen_length):
-                        problems.append(f"methods.{base}.{p} (method {m['name']}, {source_key})")
+        self.origin = origin
+        self._identities: dict[str, BackboneIdentity | CheckpointError] = {}
+        self._check_paths = check_paths
+        problems += self._build_jobs()
         ref = config["reference_method"]
         if self.methods and ref not in self.methods:
             problems.append(f"reference_method: {ref!r} is not a method of this campaign "
@@ -280,7 +298,6 @@ class Campaign:
                                 f"campaign (methods: {', '.join(self.methods)})")
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
-        self.origin = origin
 
     def _backbone_problems(self) -> list[str]:
         problems = []
@@ -339,19 +356,102 @@ class Campaign:
         return {k: v for k, v in self.config["tasks"][task].items()
                 if k not in ("benchmark", "gen_length")}
 
-    def needs_proxies(self, name: str) -> bool:
-        """The method's generate jobs read the backbone's singular proxies
-        (``backbones/{b}/proxies.safetensors``, written by the svd rule)."""
-        return "proxies" in registry.artifacts(self.methods[name])
+    def needs_proxies(self, name: str, backbone: str | None = None, task: str | None = None) -> bool:
+        """The method's generate jobs on ``backbone`` and ``task`` (None: any) read the backbone's
+        singular proxies (``backbones/{b}/proxies.safetensors``, written by the svd rule)."""
+        return any("proxies" in registry.artifacts(self._jobs[(name, t, b)])
+                   for b in ([backbone] if backbone else self.backbones)
+                   for t in ([task] if task else self.tasks))
 
     def gen_length(self, name: str, task: str) -> int:
         """The response length a method decodes a task with: the method's own ``gen_length``
         (set or swept on the method), else the task's."""
         return self.methods[name].get("gen_length") or self.config["tasks"][task]["gen_length"]
 
-    def method(self, name: str, task: str) -> dict:
-        """The concrete method a generate job decodes with: name, sampler, cache, gen_length."""
-        return {**self.methods[name], "gen_length": self.gen_length(name, task)}
+    def method(self, name: str, task: str, backbone: str) -> dict:
+        """The concrete method a generate job decodes with: name, sampler, cache (overrides
+        applied, ``auto`` parameters chosen for the backbone) and gen_length. Shared: do not
+        modify."""
+        return self._jobs[(name, task, backbone)]
+
+    # ---- per job: overrides, auto parameters, gen_length ----------------------------------
+    def differences(self, name: str) -> dict[str, str]:
+        """Where the method's jobs decode with other parameters than configured (overrides,
+        ``auto`` parameters): ``backbone`` (every task alike) or ``backbone/task`` -> the
+        differing parameters as text."""
+        point, out = self.methods[name], {}
+        for backbone in self.backbones:
+            per_task = {}
+            for task in self.tasks:
+                job = self._jobs[(name, task, backbone)]
+                per_task[task] = ", ".join(f"{part}.{k}={v}" for part in overrides.PARTS
+                                           for k, v in job[part].items() if point[part].get(k) != v)
+            if len(set(per_task.values())) == 1:
+                if (diff := next(iter(per_task.values()))):
+                    out[backbone] = diff
+            else:
+                out.update({f"{backbone}/{t}": d for t, d in per_task.items() if d})
+        return out
+
+    def _identity(self, backbone: str) -> BackboneIdentity | CheckpointError:
+        """The backbone's family and checkpoint names, or why config.json cannot tell them."""
+        if backbone not in self._identities:
+            b = self.config["backbones"][backbone]
+            if "toy" in b:  # trained by the workflow, in LLaDA's format
+                identity = dataclasses.replace(TOY, source=f"backbones.{backbone} (toy)")
+            else:
+                try:
+                    identity = dataclasses.replace(checkpoint_identity(b["path"]),
+                                                   source=f"backbones.{backbone} ({b['path']})")
+                except CheckpointError as e:
+                    identity = e
+            self._identities[backbone] = identity
+        return self._identities[backbone]
+
+    def _bind(self, where: str, method: dict, backbone: str) -> tuple[dict, list[str]]:
+        """``method`` with its ``auto`` parameters chosen for the backbone."""
+        if not any(method[part].get(key) == "auto"
+                   for part in overrides.PARTS
+                   for key in registry.lookup(part, method[part]["name"]).auto):
+            return method, []
+        identity = self._identity(backbone)
+        if isinstance(identity, CheckpointError):
+            # a missing directory or config.json is reported by _backbone_problems; unchecked
+            # paths (check_paths=False): the generate job chooses, from the manifest
+            path = Path(self.config["backbones"][backbone]["path"]).expanduser()
+            return method, ([f"backbones.{backbone}.path: {identity} (needed to choose the auto "
+                             f"parameters of {where})"]
+                            if self._check_paths and (path / "config.json").is_file() else [])
+        try:
+            return {**method, **{part: registry.bind(part, method[part], identity)
+                                 for part in overrides.PARTS}}, []
+        except registry.NoFit as e:
+            return method, [f"{where}.{e}; set {where}.{e.kind}.{e.key}, or "
+                            f"{where}.overrides.{backbone}.{e.kind}.{e.key} for this backbone"]
+
+    def _build_jobs(self) -> list[str]:
+        """Every generate job's method (``method``), and the problems found on the way."""
+        problems: list[str] = []
+        self._jobs: dict[tuple[str, str, str], dict] = {}
+        for name, point in self.methods.items():
+            base = self.origin[name]
+            where = f"methods.{base}"
+            # the generation length a job decodes with: the method's own, else each task's
+            length_key = "gen_length" if "gen_length" in point else None
+            for task in self.config["tasks"]:
+                gen_length = self.gen_length(name, task)
+                source_key = length_key or f"tasks.{task}.gen_length"
+                for backbone in self.backbones:
+                    method, applied, found = overrides.apply(where, point, self._overrides[base],
+                                                             backbone, task)
+                    method, bound = self._bind(where, method, backbone)
+                    problems += found + bound
+                    via = (f" on {backbone}, with " + ", ".join(f"{where}.overrides.{e.key}"
+                                                                for e in applied)) if applied else ""
+                    problems += [f"{where}.{p} (method {name}{via}, {source_key})"
+                                 for p in registry.gen_length_problems(method, gen_length)]
+                    self._jobs[(name, task, backbone)] = {**method, "gen_length": gen_length}
+        return problems
 
 
 def load_campaign(paths: list[str | Path], schema_path: str | Path = SCHEMA,
@@ -382,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, m in c.methods.items():
         shown = {k: m[k] for k in ("sampler", "cache", "gen_length") if k in m}
         print(f"  {name:24s} {json.dumps(shown)}")
+        for where, diff in c.differences(name).items():
+            print(f"    on {where}: {diff}")
     n = len(c.backbones) * len(c.tasks) * len(c.methods)
     print(f"generate jobs: {n}")
     return 0

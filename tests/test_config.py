@@ -124,7 +124,7 @@ def test_jobs_see_the_schema_defaults_of_the_one_validation_pass(tmp_path, snake
     planned = {m["name"]: m for m in map(json.loads, re.findall(r"--method '(\{.*?\})'", proc.stdout))}
     campaign = Campaign(copy.deepcopy(tiny_config))
     for name in campaign.methods:
-        assert planned[name] == campaign.method(name, "toy_code")
+        assert planned[name] == campaign.method(name, "toy_code", "toy")
     assert planned["archer-k1"]["cache"] == {"name": "archer", "K": 1, "refresh": "distance", "A": 8}
 
 
@@ -155,7 +155,7 @@ def test_default_campaign_expands_readable_names():
                                "spa-r128-uniform", "spa-r128-adaptive-p0.5",
                                "spa-r128-adaptive-parallel", "dllm-cache-kp50-kr7"]
     assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
-    assert c.method("archer-k8", "toy_code") == {**c.methods["archer-k8"], "gen_length": 16}
+    assert c.method("archer-k8", "toy_code", "toy") == {**c.methods["archer-k8"], "gen_length": 16}
     assert "gen_length" not in c.task_options("toy_code")
 
 
@@ -183,9 +183,9 @@ def test_a_method_sets_or_sweeps_gen_length_over_the_tasks(tiny_config):
     c = Campaign(config)
     assert list(c.methods)[-3:] == ["scaling-g4-steps12", "scaling-g12-steps12", "long-g32"]
     for task in ("toy_code", "toy_arith"):           # both tasks have gen_length 8
-        assert c.method("scaling-g12-steps12", task)["gen_length"] == 12
-        assert c.method("long-g32", task)["gen_length"] == 32
-        assert c.method("archer-k1", task)["gen_length"] == 8
+        assert c.method("scaling-g12-steps12", task, "toy")["gen_length"] == 12
+        assert c.method("long-g32", task, "toy")["gen_length"] == 32
+        assert c.method("archer-k1", task, "toy")["gen_length"] == 8
     assert "gen_length" not in c.methods["archer-k1"]
     # the checks see the method's length, not the task's: block 4 divides 4 and 12, not 10 ...
     with pytest.raises(ConfigError, match=r"block_length: 4 does not divide gen_length 10 "
