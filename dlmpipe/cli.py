@@ -162,8 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_prepare_backbone)
 
     s = sub.add_parser("prepare-task", help="load a benchmark into tasks/{t}.parquet")
-    s.add_argument("--name", required=True)
-    s.add_argument("--options", default="{}", help="JSON loader options (n, seed, source, limit, ids)")
+    s.add_argument("--name", required=True, help="the registered benchmark (a task's `benchmark:`, "
+                   "else its name)")
+    s.add_argument("--options", default="{}", help="JSON loader options (n, seed, source, limit, "
+                   "ids, ...), passed to the loader unchanged")
     s.add_argument("--out", required=True)
     s.set_defaults(func=_prepare_task)
 

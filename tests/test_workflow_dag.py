@@ -5,6 +5,7 @@ The finished run is conftest's ``finished_run`` (real, or faked with ``DLMPIPE_D
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,24 @@ def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, snakemake):
                  if "resources:" in body}
     assert "gpu=1" in resources["generate"] and "gpu" not in resources["score"]
     assert "--device cuda" in proc.stdout
+
+
+def test_generate_jobs_decode_with_the_effective_gen_length(tmp_path, snakemake, tiny_config,
+                                                            write_config):
+    tiny_config["methods"]["scaling"] = {"sampler": {"name": "dream"}, "cache": {"name": "none"},
+                                         "sweep": {"gen_length": [4, 16]}}
+    tiny_config["tasks"]["code-2"] = {"benchmark": "toy_code", "n": 2, "gen_length": 12}
+    config = write_config(tiny_config, tmp_path / "scaling.yaml")
+    proc = snakemake(tmp_path, "-n", "-p", configfile=config)
+    planned = {}
+    for task, method in re.findall(r"--task-file \S*/tasks/(\S+)\.parquet --method '(\{.*?\})'",
+                                   proc.stdout):
+        method = json.loads(method)
+        planned[(task, method["name"])] = method["gen_length"]
+    assert planned == {(t, m): g for t, length in (("toy_code", 8), ("toy_arith", 8), ("code-2", 12))
+                       for m, g in (("llada-confidence", length), ("archer-k1", length),
+                                    ("archer-kinf", length), ("scaling-g4", 4), ("scaling-g16", 16))}
+    assert "prepare-task --name toy_code --options '{\"n\":2}'" in proc.stdout
 
 
 def test_a_tasks_local_files_are_inputs_of_its_preparation(tmp_path, snakemake, tiny_config,
@@ -107,6 +126,20 @@ CHANGES = {
     # the generation length is a decoding parameter, not a loader option: tasks are not rebuilt
     "gen-length": (set_in("tasks/toy_arith/gen_length", 4),
                    decoding_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
+    # a method's own gen_length (overriding the tasks' 8) reruns exactly that method's jobs ...
+    "method-gen-length": (set_in("methods/llada-confidence/gen_length", 4),
+                          decoding_jobs(["toy"], TASKS, ["llada-confidence"]) | REPORT_JOBS),
+    # ... and one equal to the tasks' changes no job's effective length: nothing
+    "method-gen-length-same": (set_in("methods/llada-confidence/gen_length", 8), set()),
+    # a task alias: a registered benchmark under another name is a new task, nothing else reruns
+    "task-alias": (set_in("tasks/code-2", {"benchmark": "toy_code", "n": 2, "gen_length": 8}),
+                   {("prepare_task", None, "code-2", None)}
+                   | decoding_jobs(["toy"], ["code-2"], METHODS) | REPORT_JOBS),
+    # the benchmark a task loads is a param of its preparation; naming the default changes nothing
+    "task-benchmark": (set_in("tasks/toy_arith/benchmark", "toy_code"),
+                       {("prepare_task", None, "toy_arith", None)}
+                       | decoding_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
+    "task-benchmark-default": (set_in("tasks/toy_arith/benchmark", "toy_arith"), set()),
     # a loader option rebuilds the task and everything decoded from it
     "task-loader": (set_in("tasks/toy_arith/n", 2),
                     {("prepare_task", None, "toy_arith", None)}

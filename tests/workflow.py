@@ -74,8 +74,10 @@ def expected_counts(campaign) -> dict[str, int]:
               "plot": 1, "plot_sweeps": 1, "all": 1}
     if campaign.config["tables"]:
         counts["tables"] = 1  # every paper table of the campaign, one local job
-    if any(map(campaign.needs_proxies, campaign.methods)):
-        counts["svd"] = b  # one SVD per backbone that an SPA method (singular proxy) decodes
+    # one SVD per backbone that an SPA method (singular proxy) decodes
+    if (svd := sum(any(campaign.needs_proxies(m, bb) for m in campaign.methods)
+                   for bb in campaign.backbones)):
+        counts["svd"] = svd
     shards = campaign.config["shards"]
     if shards > 1:  # N generate jobs per method, joined by one merge before scoring
         counts["generate"] *= shards

@@ -56,9 +56,11 @@ def task_input(wildcards):
 
 
 def generate_params(wildcards):
-    """Everything a generate job's result depends on, besides its input files."""
+    """Everything a generate job's result depends on, besides its input files. The method's
+    parameters are this backbone's and task's: overrides applied, `auto` parameters chosen for
+    the checkpoint (dlmpipe.campaign), so changing them reruns exactly these jobs."""
     return {
-        "method": CAMPAIGN.method(wildcards.method, wildcards.task),
+        "method": CAMPAIGN.method(wildcards.method, wildcards.task, wildcards.backbone),
         "seed": config["seed"],
         "device": config["device"],
     }
@@ -108,6 +110,6 @@ def all_scores(wildcards=None):
 def proxies_input(wildcards):
     """The backbone's proxies file for methods that read it (generate jobs of other methods get
     none, so adding SPA methods reruns nothing else)."""
-    if CAMPAIGN.needs_proxies(wildcards.method):
+    if CAMPAIGN.needs_proxies(wildcards.method, wildcards.backbone, wildcards.task):
         return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
     return []
