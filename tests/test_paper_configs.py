@@ -4,6 +4,7 @@ paper's settings reaching the jobs, and every paper table resolving to methods t
 from __future__ import annotations
 
 import copy
+import json
 import re
 
 import yaml
@@ -31,11 +32,13 @@ def paper_campaign(name: str, tmp_path, write_config):
     return Campaign(copy.deepcopy(config)), path
 
 
-def dry_run(tmp_path, snakemake, campaign, path) -> str:
-    """Plan the campaign; every job of every rule is planned, generate jobs ask for a GPU."""
-    proc = snakemake(tmp_path, "-n", configfile=path)
+def dry_run(tmp_path, snakemake, campaign, path) -> dict[tuple, dict]:
+    """Plan the campaign: every job of every rule is planned, generate jobs ask for a GPU, each
+    table's files are outputs. Returns the method each generate job decodes with, as its
+    command line carries it: (backbone, task, method name) -> method."""
+    proc = snakemake(tmp_path, "-n", "-p", configfile=path)
     counts = job_counts(proc.stdout)
-    assert {k: v for k, v in counts.items() if v} == expected_counts(campaign)
+    assert counts == {k: v for k, v in expected_counts(campaign).items() if v}
     want = {(rule, b, t, m) for rule in ("generate", "score") for b in campaign.backbones
             for t in campaign.tasks for m in campaign.methods}
     assert {j for j in scheduled(proc.stdout) if j[0] in ("generate", "score")} == want
@@ -46,7 +49,11 @@ def dry_run(tmp_path, snakemake, campaign, path) -> str:
     for table in campaign.config["tables"]:
         for suffix in ("csv", "md", "html"):
             assert f"{results}/tables/{table}.{suffix}" in proc.stdout
-    return proc.stdout
+    planned = {(b, t, json.loads(m)["name"]): json.loads(m) for b, t, m in re.findall(
+        r"--manifest \S*backbones/([^/]+)/manifest\.json --task-file \S*tasks/(\w+)\.parquet "
+        r"--method '(\{.*?\})'", proc.stdout)}
+    assert len(planned) == counts["generate"]
+    return planned
 
 
 def every_row_runs(campaign: Campaign) -> None:
@@ -60,29 +67,30 @@ def every_row_runs(campaign: Campaign) -> None:
 
 def test_archer_campaign_plans_the_papers_jobs(tmp_path, snakemake, write_config):
     campaign, path = paper_campaign("archer", tmp_path, write_config)
-    dry_run(tmp_path, snakemake, campaign, path)
+    planned = dry_run(tmp_path, snakemake, campaign, path)
     every_row_runs(campaign)
-    # App. G.1: MBPP and HumanEval with their ET suites, LiveCodeBench; G.4: length 256
+    # App. G.1: MBPP and HumanEval with their ET suites, LiveCodeBench
     assert {t: campaign.benchmark(t) for t in campaign.tasks} == {
         "mbpp": "mbpp_et", "livecodebench": "livecodebench", "humaneval": "humaneval_et"}
+    for (b, t, name), method in planned.items():
+        sampler = method["sampler"]
+        # App. G.4: temperature 0, generation length 256 and block length 256 for every method
+        assert method["gen_length"] == 256 and sampler["temperature"] == 0, name
+        assert sampler["block_length"] == 256, name
+        if sampler["name"] == "saber":
+            assert (sampler["n"], sampler["mu"]) == (2, 2), name
+    # dLLM-Cache's released settings per benchmark reach each job
     for b in campaign.backbones:
         for t in campaign.tasks:
-            for m in campaign.methods:
-                method = campaign.method(m, t, b)
-                # App. G.4: temperature 0, length 256, block 256 for every method
-                assert method["gen_length"] == 256 and method["sampler"]["temperature"] == 0
-                assert method["sampler"]["block_length"] == 256
-                if method["sampler"]["name"] == "saber":
-                    assert (method["sampler"]["n"], method["sampler"]["mu"]) == (2, 2)
-            # dLLM-Cache's released per-benchmark settings
-            assert (campaign.method("dllm-cache", t, b)["cache"]["K_p"],
-                    campaign.method("dllm-cache", t, b)["cache"]["K_r"]) == (
-                        (100, 5) if t == "mbpp" else (50, 8))
-    # every operating point of Tables 1 and 2 and the radius sweep's ends are decoded
-    ks = {campaign.methods[m]["cache"]["K"] for m in campaign.methods if campaign.origin[m] == "archer"}
-    assert {8, 9, 10, 11, 15, 17, 1, "inf"} <= ks
-    assert campaign.methods["dkv-greedy"]["sampler"]["order_seed"] == 42          # App. G.2
-    factor = campaign.methods["fast-dllm-parallel"]["sampler"]                    # App. G.2
+            cache = planned[(b, t, "dllm-cache")]["cache"]
+            assert (cache["K_p"], cache["K_r"]) == ((100, 5) if t == "mbpp" else (50, 8))
+    # every operating point of Tables 1 and 2 and the radius sweep's ends decode on every backbone
+    for b in campaign.backbones:
+        ks = {m["cache"]["K"] for (bb, t, n), m in planned.items() if bb == b and n.startswith("archer-")}
+        assert {1, 8, 9, 10, 11, 15, 17, "inf"} <= ks
+    greedy = planned[("llada-8b-instruct", "mbpp", "dkv-greedy")]["sampler"]
+    assert greedy["order_seed"] == 42                                              # App. G.2
+    factor = planned[("llada-8b-instruct", "mbpp", "fast-dllm-parallel")]["sampler"]
     assert (factor["name"], factor["f"], factor["rule"]) == ("factor", 1.0, "released")
     assert campaign.config["reference_method"] == "llada-confidence"              # App. G.3
     assert "saber" in campaign.config["also_speedup_against"]
@@ -90,20 +98,25 @@ def test_archer_campaign_plans_the_papers_jobs(tmp_path, snakemake, write_config
 
 def test_spa_campaign_plans_the_papers_jobs(tmp_path, snakemake, write_config):
     campaign, path = paper_campaign("spa", tmp_path, write_config)
-    dry_run(tmp_path, snakemake, campaign, path)
+    planned = dry_run(tmp_path, snakemake, campaign, path)
     every_row_runs(campaign)
     # §4.1: the seven benchmarks
     assert {campaign.benchmark(t) for t in campaign.tasks} == {
         "gsm8k", "math500", "gpqa_main", "bbh", "mmlu_pro", "mbpp", "humaneval"}
-    spa = {b: campaign.method("spa", "gsm8k", b)["cache"] for b in campaign.backbones}
-    for b, cache in spa.items():  # §4.1 rho_p 0.25, §4.4 r = 128, the backbone's rho(l)
-        assert (cache["rank"], cache["rho_p"], cache["budget"]) == (128, 0.25, "adaptive")
-    assert spa["llada-8b-instruct"]["profile"] == "llada-8b-instruct"
-    assert spa["dream-v0-instruct-7b"]["profile"] == "dream-7b"
-    assert campaign.methods["vanilla"]["sampler"]["block_length"] == 32
-    dream = campaign.methods["dream-vanilla"]["sampler"]  # Dream as SPA-Cache's code ran it
-    assert (dream["name"], dream["alg"], dream["temperature"], dream["top_p"]) == (
-        "dream", "entropy", 0.2, 0.95)
+    profile = {"llada-8b-instruct": "llada-8b-instruct", "dream-v0-instruct-7b": "dream-7b"}
+    for b in campaign.backbones:
+        for t in campaign.tasks:
+            for name in ("spa", "dream-spa", "spa-parallel"):
+                # §4.1 rho_p 0.25, §4.4 r = 128, each backbone's own rho(l) constants
+                cache = planned[(b, t, name)]["cache"]
+                assert (cache["rank"], cache["rho_p"], cache["budget"]) == (128, 0.25, "adaptive")
+                assert cache["profile"] == profile[b]
+            assert planned[(b, t, "vanilla")]["sampler"]["block_length"] == 32
+            dream = planned[(b, t, "dream-vanilla")]["sampler"]  # as SPA-Cache's code ran Dream
+            assert (dream["name"], dream["alg"], dream["temperature"], dream["top_p"]) == (
+                "dream", "entropy", 0.2, 0.95)
+            cache = planned[(b, t, "dllm-cache")]["cache"]
+            assert (cache["K_p"], cache["K_r"]) == {"mbpp": (100, 5), "humaneval": (50, 8)}.get(t, (50, 7))
     # the ablations: Table 1's identifiers, Table 5's ranks, Table 4's uniform 16%
     sweeps = campaign.sweeps()
     assert [v for (v,) in sweeps["spa-identifier"]["points"].values()] == [
