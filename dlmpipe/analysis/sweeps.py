@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.ticker import PercentFormatter
 
 INF = "inf"
 
@@ -84,6 +85,8 @@ def plot_sweep(ax_rows, part: pd.DataFrame, base: str, entry: dict) -> None:
             ax.axhline(float(ref[col]), color="0.5", linestyle="--", linewidth=1,
                        label=f"{reference}")
         ax.set_ylabel(ylabel)
+        if col == "quality":
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.grid(True, alpha=0.3)
         if log:
             ax.set_xscale("log", base=2)

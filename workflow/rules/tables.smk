@@ -3,6 +3,12 @@ TABLES = config["tables"]
 SWEEPS = CAMPAIGN.sweeps()
 
 
+def in_campaign_order(value):
+    """JSON keeping the campaign's order of methods and sweep points (the order of a table's
+    rows and of a sweep's categories), unlike as_json's sorted keys."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 if TABLES:
 
     rule tables:
@@ -25,7 +31,7 @@ if TABLES:
             out_dir=lambda w, output: os.path.dirname(output.csv[0]),
             tables=as_json(TABLES),
             # which base method each row comes from; the table's default axes
-            campaign=as_json(
+            campaign=in_campaign_order(
                 {"origin": CAMPAIGN.origin, "backbones": CAMPAIGN.backbones, "tasks": CAMPAIGN.tasks}
             ),
         localrule: True
@@ -58,7 +64,7 @@ rule plot_sweeps:
             labels={"backbone": "{backbone}", "task": "{task}", "figure": "sweep of {base}"},
         ),
     params:
-        sweeps=as_json(SWEEPS),
+        sweeps=in_campaign_order(SWEEPS),
     log:
         f"{R}/logs/plot_sweeps.log",
     conda:
