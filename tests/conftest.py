@@ -48,13 +48,19 @@ def write_config():
 
 
 @pytest.fixture(scope="session")
-def toy_backbone(tmp_path_factory):
-    """The toy backbone trained briefly (40 steps), loaded."""
-    from dlmpipe.backbones import load_backbone
-
+def toy_checkpoint(tmp_path_factory) -> Path:
+    """The toy backbone trained briefly (40 steps), saved in LLaDA's format; once per session."""
     from .models import toy_checkpoint_dir
 
-    return load_backbone(toy_checkpoint_dir(tmp_path_factory.mktemp("toy")))
+    return toy_checkpoint_dir(tmp_path_factory.mktemp("toy"))
+
+
+@pytest.fixture(scope="session")
+def toy_backbone(toy_checkpoint):
+    """The session's toy checkpoint, loaded."""
+    from dlmpipe.backbones import load_backbone
+
+    return load_backbone(toy_checkpoint)
 
 
 def _real_commands_available() -> bool:

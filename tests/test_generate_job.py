@@ -12,17 +12,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from .models import toy_checkpoint_dir
-
 METHOD = {"name": "llada-confidence", "gen_length": 32,
           "sampler": {"name": "llada_confidence", "block_length": 16, "steps": 32, "temperature": 0.0},
           "cache": {"name": "none"}}
 
 
 @pytest.fixture(scope="module")
-def job_inputs(tmp_path_factory):
+def job_inputs(tmp_path_factory, toy_checkpoint):
     root = tmp_path_factory.mktemp("gen")
-    ckpt = toy_checkpoint_dir(root)
+    ckpt = toy_checkpoint
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     run = lambda *a: subprocess.run([sys.executable, "-m", "dlmpipe", *a], check=True, env=env,  # noqa: E731
                                     capture_output=True, text=True)
