@@ -8,6 +8,10 @@ distance d_H(g, g_r) (MASK is a symbol) reaches K, or, for the age controller, e
 
 For logit-shifted families (Dream) the last prompt row is computed with the response rows, since
 it produces the first response position's logits.
+
+The cached forward has fixed shapes within a sample and reads nothing back to the host, so it
+can run as a captured CUDA graph or compiled (``use_compile``, engine/graphs.py). Its buffers
+(K/V, RoPE tables) are kept across samples of the same shape, so a captured graph is reused.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from torch import Tensor
 
 from ..backbones.model import Backbone
 from .base import Cache
+from .graphs import StepRunner
 from .kv import KVBuffer
 
 
@@ -35,14 +40,22 @@ class ArcherCache(Cache):
         super().__init__(model)
         self.K, self.refresh, self.A = parse_radius(K), refresh, A
         self.refresh_distances: list[int] = []
+        self.shape: tuple[int, int] | None = None
+        self.cached_step = StepRunner(self._cached_rows)
+
+    def use_compile(self, mode: str) -> None:
+        super().use_compile(mode)
+        self.cached_step = StepRunner(self._cached_rows, mode)
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
         super().begin(x, prompt_len)
-        n = x.shape[0]
+        m, n = self.model, x.shape[0]
         # rows computed on the cached path: the response, plus the last prompt row when shifted
-        self.first_row = self.model.first_logit_row(prompt_len)
-        self.kv = KVBuffer.for_model(self.model, n)
-        self.positions = torch.arange(n, device=self.model.device)
+        self.first_row = m.first_logit_row(prompt_len)
+        if self.shape != (self.first_row, n):  # else the last sample's buffers (and graph) serve
+            self.kv = KVBuffer.for_model(m, n)
+            self.rope_rows = m.rope(torch.arange(self.first_row, n, device=m.device))
+            self.shape = (self.first_row, n)
         self.anchor: Tensor | None = None
         self.updates_since_refresh = 0
         self.refresh_distances = []
@@ -50,7 +63,9 @@ class ArcherCache(Cache):
     def _needs_refresh(self, response: Tensor) -> bool:
         if self.refresh == "age":
             return self.updates_since_refresh >= self.A
-        return hamming_distance(response, self.anchor) >= self.K
+        if self.K == math.inf:  # no distance reaches it: nothing to read back from the device
+            return False
+        return hamming_distance(response, self.anchor) >= self.K  # the controller's one host read
 
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         P = self.prompt_len
@@ -75,12 +90,16 @@ class ArcherCache(Cache):
         return m.response_logits_from_rows(h[:, self.first_row:])[0]
 
     def _cached_forward(self, x: Tensor) -> Tensor:
-        """Run only rows [first_row, N) through every layer over cached prompt K/V."""
+        state = (self.shape, self.kv.keys.data_ptr(), self.rope_rows[0].data_ptr())
+        return self.cached_step(x[self.first_row:], state_key=state)
+
+    def _cached_rows(self, rows: Tensor) -> Tensor:
+        """Run only rows [first_row, N) (token ids ``rows``) through every layer over cached
+        prompt K/V; fresh K/V of these rows is written into the buffer."""
         m, f = self.model, self.first_row
-        positions = self.positions[f:]
-        h = m.embed(x[None, f:])
+        h = m.embed(rows[None])
         for i in range(m.cfg.n_layers):
-            q, k, v = m.qkv(i, h, positions)
+            q, k, v = m.qkv(i, h, self.rope_rows)
             self.kv.write(i, slice(f, None), k, v)
             h = h + m.attn_output(i, m.attend(q, *self.kv.layer(i)))
             h = h + m.ffn(i, h)

@@ -17,8 +17,8 @@ class LLaDAConfidence(Sampler):
     def __init__(self, *, block_length: int | None, steps: int | None, temperature: float):
         self.block_length_opt, self.steps_opt, self.temperature = block_length, steps, temperature
 
-    def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
-        super().begin(prompt_len, gen_len, mask_id, generator)
+    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator, device)
         self.block_length = self.block_length_opt or gen_len
         total_steps = self.steps_opt or gen_len
         if gen_len % self.block_length:
@@ -40,14 +40,14 @@ class LLaDAConfidence(Sampler):
         response = x[P:]
         lo, hi = self.block
         if self.block_step == 0:
-            self.schedule = transfer_schedule(int((response[lo:hi] == self.mask_id).sum()),
-                                              self.steps_per_block)
+            # LLaDA splits the masks the block holds at its start over its steps. A step writes
+            # only inside its own block, so a block is untouched, all masks, until its first
+            # step: the count is block_length, known without reading the sequence back.
+            self.schedule = transfer_schedule(self.block_length, self.steps_per_block)
         x0 = gumbel_argmax(logits, self.temperature, self.generator)
         p = torch.softmax(logits.to(torch.float64), dim=-1)
         confidence = torch.gather(p, -1, x0[:, None])[:, 0]
-        masked = response == self.mask_id
-        confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), dtype=torch.float64,
-                                                                  device=confidence.device))
+        confidence = confidence.masked_fill(response != self.mask_id, float("-inf"))
         confidence[:lo] = float("-inf")
         confidence[hi:] = float("-inf")
         k = self.schedule[self.block_step]

@@ -13,15 +13,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import gumbel_argmax
+from .base import gumbel_argmax, to_device
 from .llada_confidence import LLaDAConfidence, transfer_schedule
 
 
 class RandomOrder(LLaDAConfidence):
     """LLaDA's blocks and per-step schedule; positions in a random order fixed per block."""
 
-    def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
-        super().begin(prompt_len, gen_len, mask_id, generator)
+    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator, device)
         self.order_block = -1          # block whose order is drawn
         self.order: Tensor | None = None
         self.decoded_in_block = 0
@@ -31,8 +31,8 @@ class RandomOrder(LLaDAConfidence):
         if self.order_block == self.block_index:
             return
         lo, _ = self.block
-        perm = torch.randperm(self.block_length, generator=self.generator)
-        self.order = perm + lo
+        perm = torch.randperm(self.block_length, generator=self.generator)  # CPU: same on every device
+        self.order = to_device(perm + lo, self.device)
         self.schedule = transfer_schedule(self.block_length, self.steps_per_block)
         self.order_block, self.decoded_in_block = self.block_index, 0
 
@@ -43,7 +43,7 @@ class RandomOrder(LLaDAConfidence):
 
     def step(self, x: Tensor, logits: Tensor) -> None:
         response = x[self.prompt_len:]
-        due = self.due_positions().to(response.device)
+        due = self.due_positions()
         if due.numel():
             rows = logits[due].clone()
             rows[:, self.mask_id] = float("-inf")
