@@ -8,6 +8,7 @@ from __future__ import annotations
 from . import registry
 from .backbones.model import Backbone
 from .engine.base import Cache
+from .graphs import check_device
 from .samplers.base import Sampler
 
 
@@ -32,6 +33,13 @@ def build_cache(spec: dict, model: Backbone, artifacts: dict | None = None) -> C
     return component.load()(model, **params, **needed)
 
 
-def build_method(method: dict, model: Backbone, artifacts: dict | None = None) -> tuple[Sampler, Cache]:
+def build_method(method: dict, model: Backbone, artifacts: dict | None = None,
+                 compile: str = "none") -> tuple[Sampler, Cache]:
+    """``compile``: how fixed-shape steps run (dlmpipe/graphs.py), checked against the model's
+    device before anything runs."""
     check_pairing(method["sampler"]["name"], method["cache"]["name"])
-    return build_sampler(method["sampler"]), build_cache(method["cache"], model, artifacts)
+    check_device(compile, model.device)
+    sampler, cache = build_sampler(method["sampler"]), build_cache(method["cache"], model, artifacts)
+    sampler.use_compile(compile)
+    cache.use_compile(compile)
+    return sampler, cache

@@ -47,6 +47,8 @@ REJECTIONS = [
     ("tasks/toy_code/gen_length", DELETE, "tasks.toy_code.gen_length: missing"),
     ("tasks/nonesuch", {"gen_length": 8}, "tasks.nonesuch: unknown task"),
     ("device", "tpu", "device: 'tpu' is not one of"),
+    ("compile", "jit", "compile: 'jit' is not one of"),
+    ("compile", "cuda_graphs", "compile: cuda_graphs needs device: cuda"),  # tiny.yaml: device cpu
     ("sandbox", "none", "sandbox: 'none' is not valid; expected isolation of generated code"),
     ("reference_method", "greedy", "reference_method: 'greedy' is not a method"),
     ("methods/archer-k1", {"sampler": {"name": "saber"}, "cache": {"name": "archer", "K": 1}},

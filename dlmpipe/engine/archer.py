@@ -10,7 +10,7 @@ For logit-shifted families (Dream) the last prompt row is computed with the resp
 it produces the first response position's logits.
 
 The cached forward has fixed shapes within a sample and reads nothing back to the host, so it
-can run as a captured CUDA graph or compiled (``use_compile``, engine/graphs.py). Its buffers
+can run as a captured CUDA graph or compiled (``use_compile``, dlmpipe/graphs.py). Its buffers
 (K/V, RoPE tables) are kept across samples of the same shape, so a captured graph is reused.
 """
 from __future__ import annotations
@@ -22,12 +22,13 @@ from torch import Tensor
 
 from ..backbones.model import Backbone
 from .base import Cache
-from .graphs import StepRunner
+from ..graphs import StepRunner
 from .kv import KVBuffer
 
 
-def hamming_distance(a: Tensor, b: Tensor) -> int:
-    return int((a != b).sum())
+def hamming_distance(a: Tensor, b: Tensor) -> Tensor:
+    """d_H(a, b) as a 0-d tensor on their device (reading it is the caller's choice)."""
+    return (a != b).sum()
 
 
 def parse_radius(K: int | str) -> float:
@@ -39,7 +40,7 @@ class ArcherCache(Cache):
     def __init__(self, model: Backbone, *, K: int | str, refresh: str, A: int):
         super().__init__(model)
         self.K, self.refresh, self.A = parse_radius(K), refresh, A
-        self.refresh_distances: list[int] = []
+        self.refresh_distances: list[int | Tensor] = []
         self.shape: tuple[int, int] | None = None
         self.cached_step = StepRunner(self._cached_rows)
 
@@ -60,12 +61,18 @@ class ArcherCache(Cache):
         self.updates_since_refresh = 0
         self.refresh_distances = []
 
-    def _needs_refresh(self, response: Tensor) -> bool:
+    def _refresh_distance(self, response: Tensor) -> int | Tensor | None:
+        """The distance to the anchor when this forward must refresh, else None. The distance
+        controller reads d_H back to decide (its one host read per step; none at K = inf, which
+        no distance reaches); the age controller decides by count and keeps the distance it
+        records on the device until the sample's statistics are read."""
         if self.refresh == "age":
-            return self.updates_since_refresh >= self.A
-        if self.K == math.inf:  # no distance reaches it: nothing to read back from the device
-            return False
-        return hamming_distance(response, self.anchor) >= self.K  # the controller's one host read
+            due = self.updates_since_refresh >= self.A
+            return hamming_distance(response, self.anchor) if due else None
+        if self.K == math.inf:
+            return None
+        distance = int(hamming_distance(response, self.anchor))
+        return distance if distance >= self.K else None
 
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         P = self.prompt_len
@@ -74,9 +81,10 @@ class ArcherCache(Cache):
         if self.anchor is None:
             return self._full_forward(x)
         self.updates_since_refresh += 1
-        if self._needs_refresh(response):
+        distance = self._refresh_distance(response)
+        if distance is not None:
             self.stats.refreshes += 1
-            self.refresh_distances.append(hamming_distance(response, self.anchor))
+            self.refresh_distances.append(distance)
             return self._full_forward(x)
         self.stats.cached_forwards += 1
         return self._cached_forward(x)
@@ -106,4 +114,4 @@ class ArcherCache(Cache):
         return m.response_logits_from_rows(h)[0]
 
     def extra_stats(self) -> dict:
-        return {"refresh_distances": list(self.refresh_distances)}
+        return {"refresh_distances": [int(d) for d in self.refresh_distances]}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from ..backbones.model import Backbone
-from .graphs import check_mode
+from ..graphs import check_mode
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Cache(ABC):
 
     def use_compile(self, mode: str) -> None:
         """How the cache's fixed-shape cached step runs: ``none``, ``cuda_graphs`` or
-        ``torch_compile`` (engine/graphs.py; the campaign key ``compile``). Caches without such
+        ``torch_compile`` (dlmpipe/graphs.py; the campaign key ``compile``). Caches without such
         a step (all but Archer so far) run eagerly whatever the mode."""
         self.compile_mode = check_mode(mode)
 

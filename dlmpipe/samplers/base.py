@@ -13,9 +13,18 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
+from ..graphs import check_mode
+
 
 class Sampler(ABC):
     """Which logit rows a sampler reads (all, block, masked) is declared in dlmpipe.registry."""
+
+    compile_mode = "none"
+
+    def use_compile(self, mode: str) -> None:
+        """How the sampler's fixed-shape per-step work runs (dlmpipe/graphs.py; the campaign key
+        ``compile``); samplers without such a step (all but LLaDA confidence) run eagerly."""
+        self.compile_mode = check_mode(mode)
 
     def begin(self, prompt_len: int, gen_len: int, mask_id: int,
               generator: torch.Generator | None = None, device: torch.device | str = "cpu") -> None:
@@ -67,11 +76,18 @@ def to_device(t: Tensor, device: torch.device) -> Tensor:
     return t.to(device)
 
 
+def gumbel_noise(shape: torch.Size, generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """Float64 uniforms from the sample's CPU generator, so every device draws the same noise."""
+    return to_device(torch.rand(shape, dtype=torch.float64, generator=generator, device="cpu"), device)
+
+
+def perturbed_argmax(logits: Tensor, temperature: float, u: Tensor) -> Tensor:
+    """``argmax(exp(l) / (-log u) ** T)`` in float64 (``u`` from ``gumbel_noise``)."""
+    return (logits.to(torch.float64).exp() / (-torch.log(u)) ** temperature).argmax(-1)
+
+
 def gumbel_argmax(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
-    """LLaDA's sampling: ``argmax(exp(l) / (-log u) ** T)`` in float64; plain argmax at T = 0.
-    The uniforms come from the sample's CPU generator, so every device draws the same noise."""
+    """LLaDA's sampling: ``argmax(exp(l) / (-log u) ** T)`` in float64; plain argmax at T = 0."""
     if temperature == 0:
         return logits.argmax(-1)
-    l64 = logits.to(torch.float64)
-    u = to_device(torch.rand(l64.shape, dtype=torch.float64, generator=generator, device="cpu"), l64.device)
-    return (l64.exp() / (-torch.log(u)) ** temperature).argmax(-1)
+    return perturbed_argmax(logits, temperature, gumbel_noise(logits.shape, generator, logits.device))

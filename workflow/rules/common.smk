@@ -58,6 +58,7 @@ def generate_params(wildcards):
         "method": CAMPAIGN.method(wildcards.method, wildcards.task),
         "seed": config["seed"],
         "device": config["device"],
+        "compile": config["compile"],
     }
 
 
