@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -106,6 +107,70 @@ def counted(counter: HostReads, fn):
         with counter.counting():
             return fn(*args, **kwargs)
     return wrapper
+
+
+class CudaSyncs:
+    """The same count on a GPU: ``torch.cuda.set_sync_debug_mode("warn")`` while counting, one
+    warning per synchronizing CUDA call."""
+
+    def __init__(self):
+        self.count = 0
+        self.where: list[str] = []
+
+    @contextlib.contextmanager
+    def counting(self):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                yield
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = [w for w in caught if "synchroniz" in str(w.message)]
+        self.count += len(syncs)
+        self.where += [f"{w.filename.split('dlmpipe/')[-1]}:{w.lineno}" for w in syncs]
+
+
+#: host reads per step each sampler's decision needs (the budget the tests and the device check
+#: hold every sampler to)
+SAMPLER_READS = {"llada_confidence": 0, "random_order": 0, "saber": 1, "threshold": 1, "factor": 1}
+#: cache spec -> host reads its decision needs at the first step and at every later one
+CACHE_READS = {
+    "none": ({"name": "none"}, 0, 0),
+    "archer-kinf": ({"name": "archer", "K": "inf"}, 0, 0),
+    "archer-k4": ({"name": "archer", "K": 4}, 0, 1),   # the Hamming distance, once anchored
+    "archer-age": ({"name": "archer", "refresh": "age", "A": 3}, 0, 0),
+    "fast_dllm_prefix": ({"name": "fast_dllm_prefix"}, 0, 0),
+    "fast_dllm_dual": ({"name": "fast_dllm_dual"}, 0, 0),
+    "dkv_decode": ({"name": "dkv_decode", "refresh_interval": 3}, 1, 1),  # the row sets' sizes
+    "dkv_greedy": ({"name": "dkv_greedy"}, 1, 1),
+    "spa": ({"name": "spa", "rank": 8, "refresh_gen_steps": 3}, 0, 0),
+    "dllm_cache": ({"name": "dllm_cache", "K_r": 3}, 0, 0),
+}
+
+
+def per_step_reads(counter, model, sampler, cache, prompt, gen_len: int = 16):
+    """Decode with the real loop, counting host reads inside each step's four seam calls;
+    returns (result, reads per step)."""
+    from dlmpipe.decode import decode
+
+    steps: list[int] = []
+    for obj, name in ((cache, "note_due_positions"), (sampler, "due_positions"),
+                      (cache, "response_logits")):
+        setattr(obj, name, counted(counter, getattr(obj, name)))
+    inner = counted(counter, sampler.step)
+
+    def step(x, logits):
+        inner(x, logits)
+        steps.append(counter.count - sum(steps))
+    sampler.step = step
+    out = decode(model, sampler, cache, prompt, gen_len, torch.Generator().manual_seed(0))
+    return out, steps
+
+
+def expected_reads(sampler: str, cache_id: str, n_steps: int) -> list[int]:
+    _, first, later = CACHE_READS[cache_id]
+    return [SAMPLER_READS[sampler] + (first if i == 0 else later) for i in range(n_steps)]
 
 
 # ---- a CUDA graph's semantics on the CPU -----------------------------------------------------

@@ -7,33 +7,15 @@ import pytest
 import torch
 
 from dlmpipe import registry
-from dlmpipe.decode import decode
 from dlmpipe.methods import build_cache, build_sampler
 
-from .host_sync import counted, host_reads
+from .host_sync import CACHE_READS, SAMPLER_READS, counted, expected_reads, host_reads, per_step_reads
 from .models import FAMILIES, MASK_ID, random_prompt, tiny_backbone
-
-#: host reads per step the sampler's decision needs
-SAMPLER_READS = {"llada_confidence": 0, "random_order": 0, "saber": 1, "threshold": 1, "factor": 1}
-SAMPLERS = {name: {"name": name, "block_length": 8} for name in SAMPLER_READS}
-#: cache spec -> host reads per step (the first step, the later ones) its decision needs
-CACHES = {
-    "none": ({"name": "none"}, 0, 0),
-    "archer-kinf": ({"name": "archer", "K": "inf"}, 0, 0),
-    "archer-k4": ({"name": "archer", "K": 4}, 0, 1),   # the Hamming distance, once anchored
-    "archer-age": ({"name": "archer", "refresh": "age", "A": 3}, 0, 0),
-    "fast_dllm_prefix": ({"name": "fast_dllm_prefix"}, 0, 0),
-    "fast_dllm_dual": ({"name": "fast_dllm_dual"}, 0, 0),
-    "dkv_decode": ({"name": "dkv_decode", "refresh_interval": 3}, 1, 1),  # the row sets' sizes
-    "dkv_greedy": ({"name": "dkv_greedy"}, 1, 1),
-    "spa": ({"name": "spa", "rank": 8, "refresh_gen_steps": 3}, 0, 0),
-    "dllm_cache": ({"name": "dllm_cache", "K_r": 3}, 0, 0),
-}
 
 
 def test_every_sampler_and_cache_has_a_budget():
     assert set(SAMPLER_READS) == set(registry.SAMPLERS)
-    assert {spec["name"] for spec, _, _ in CACHES.values()} == set(registry.CACHES)
+    assert {spec["name"] for spec, _, _ in CACHE_READS.values()} == set(registry.CACHES)
 
 
 def test_the_counter_sees_every_kind_of_host_read(monkeypatch):
@@ -51,34 +33,17 @@ def test_the_counter_sees_every_kind_of_host_read(monkeypatch):
             assert counter.count == before + (i < len(reads)), (i, counter.where[before:])
 
 
-def _per_step_reads(monkeypatch, model, sampler, cache, prompt):
-    """Host reads inside each step of the real decode loop (its four seam calls)."""
-    steps: list[int] = []
-    with host_reads(monkeypatch) as counter:
-        for obj, name in ((cache, "note_due_positions"), (sampler, "due_positions"),
-                          (cache, "response_logits")):
-            setattr(obj, name, counted(counter, getattr(obj, name)))
-        inner = counted(counter, sampler.step)
-
-        def step(x, logits):
-            inner(x, logits)
-            steps.append(counter.count - sum(steps))
-        sampler.step = step
-        out = decode(model, sampler, cache, prompt, 16, torch.Generator().manual_seed(0))
-    return out, steps, counter.where
-
-
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("cache_id", list(CACHES))
+@pytest.mark.parametrize("cache_id", list(CACHE_READS))
 def test_a_step_reads_back_only_what_its_decisions_need(monkeypatch, family, cache_id):
     model = tiny_backbone(family, seed=4)
     prompt = random_prompt(9, 4)
-    spec, first, later = CACHES[cache_id]
-    for s_name, s_reads in SAMPLER_READS.items():
+    spec = CACHE_READS[cache_id][0]
+    for s_name in SAMPLER_READS:
         if registry.pairing_problem(s_name, spec["name"]):
             continue
-        sampler, cache = build_sampler(SAMPLERS[s_name]), build_cache(spec, model)
-        out, steps, where = _per_step_reads(monkeypatch, model, sampler, cache, prompt)
+        sampler = build_sampler({"name": s_name, "block_length": 8})
+        with host_reads(monkeypatch) as counter:
+            out, steps = per_step_reads(counter, model, sampler, build_cache(spec, model), prompt)
         assert (out.response != MASK_ID).all()
-        expected = [s_reads + (first if i == 0 else later) for i in range(len(steps))]
-        assert steps == expected, (s_name, where)
+        assert steps == expected_reads(s_name, cache_id, len(steps)), (s_name, counter.where)
