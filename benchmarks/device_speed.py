@@ -77,6 +77,27 @@ def timer(device: torch.device, reps: int, warmup: int = 2):
     return time_cuda if device.type == "cuda" else time_cpu
 
 
+def step_cost(cfg: BackboneConfig, rows: int, keys: int, G: int) -> tuple[float, float]:
+    """(FLOPs, weight bytes in bf16) of a forward of ``rows`` query rows over ``keys`` key rows
+    with the LM head on G rows: every layer's projections, attention and FFN, then the head."""
+    d, q, kv = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    per_row = d * (2 * q + 2 * kv) + 3 * d * cfg.mlp_hidden   # q, k, v, out; gate, up, down
+    flops = cfg.n_layers * (2 * rows * per_row + 4 * rows * keys * q) + 2 * G * d * cfg.vocab_size
+    return flops, 2 * (cfg.n_layers * per_row + d * cfg.vocab_size)
+
+
+def measured_peaks(device: torch.device) -> tuple[float, float]:
+    """This GPU's bf16 matrix rate (FLOP/s, 8192^3 products) and copy bandwidth (bytes/s read +
+    written), measured here: the roofline's ceilings."""
+    time_it = timer(device, reps=5)
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    flops = 2 * 8192 ** 3 / time_it(lambda: a @ a)
+    src = torch.empty(2 ** 30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    bandwidth = 2 * src.numel() / time_it(lambda: dst.copy_(src))
+    return flops, bandwidth
+
+
 def random_proxies(model, rank: int):
     """Orthonormal rank-r projections in the proxies' format (timing needs only their shape)."""
     from dlmpipe.engine.proxies import SingularProxies
@@ -135,6 +156,11 @@ def speed_table(ck) -> None:
            f"G = {G}, batch 1; median ms; speedup = full / step; % = speedup / ideal")
     ck.say(f"  {'model':>9} {'P':>5} {'step':>13} {'ms':>9} {'speedup':>8} {'ideal':>7} {'%':>5}")
     rows = ck.data.setdefault("table", [])
+    if ck.gpu:
+        peak, bandwidth = measured_peaks(ck.device)
+        ck.data["peaks"] = {"bf16_flops": peak, "copy_bytes_per_s": bandwidth}
+        ck.say(f"  measured here: bf16 matrix products {peak / 1e12:.0f} TFLOP/s, copies "
+               f"{bandwidth / 1e12:.2f} TB/s; roofline = max(FLOPs / rate, weight bytes / bandwidth)")
     for key in REAL:
         cfg = model_config(key, ck.gpu)
         model = build(cfg, ck.device, dtype)
@@ -146,7 +172,13 @@ def speed_table(ck) -> None:
             full = build_cache({"name": "none"}, model)
             full.begin(x, P)
             t_full = time_it(lambda: full.response_logits(x, (0, G)))
-            ck.say(f"  {key:>9} {P:>5} {'full':>13} {1e3 * t_full:>9.2f}")
+            line = f"  {key:>9} {P:>5} {'full':>13} {1e3 * t_full:>9.2f}"
+            if ck.gpu:  # how far each step is from its floor, and the speedup the floors allow
+                floor = lambda r, k: max(c / s for c, s in zip(step_cost(cfg, r, k, G), (peak, bandwidth)))  # noqa: E731
+                f_full, f_cached = floor(P + G, P + G), floor(G, P + G)
+                line += (f"  (roofline: full >= {1e3 * f_full:.2f} ms, Archer cached >= "
+                         f"{1e3 * f_cached:.2f} ms, so at most {f_full / f_cached:.2f}x at equal efficiency)")
+            ck.say(line)
             for label, cache, ideal in _steps(model, x, P, G, ck.gpu, proxies):
                 step = lambda: cache.response_logits(x, (0, G))  # noqa: E731
                 step()  # the first cached step (captures the graph, if any)
