@@ -110,13 +110,13 @@ def host_syncs(ck) -> None:
 
     from dlmpipe import registry
     from dlmpipe.methods import build_cache, build_sampler
-    from tests.host_sync import (CACHE_READS, SAMPLER_READS, CudaSyncs, expected_reads, host_reads,
-                                 per_step_reads)
+    from tests.host_sync import (CACHE_READS, SAMPLER_READS, SAMPLER_SPECS, CudaSyncs, expected_reads,
+                                 host_reads, per_step_reads)
     from tests.models import random_prompt, tiny_backbone
 
     how = "torch.cuda.set_sync_debug_mode('warn')" if ck.gpu else "tests/host_sync.py's counter"
     ck.say(f"  host reads per step ({how}) against each method's budget (sampler: Saber and the "
-           f"parallel ones 1, LLaDA/random order 0; cache: dKV 1, Archer K=4 1, others 0)")
+           f"parallel ones 1, LLaDA/random order/Dream 0; cache: dKV 1, Archer K=4 1, others 0)")
     for family in families(ck):
         model = tiny_backbone(family, seed=4).to(ck.device)
         for cache_id, (spec, _, _) in CACHE_READS.items():
@@ -124,7 +124,7 @@ def host_syncs(ck) -> None:
             for s_name in SAMPLER_READS:
                 if registry.pairing_problem(s_name, spec["name"]):
                     continue
-                sampler = build_sampler({"name": s_name, "block_length": 8})
+                sampler = build_sampler(SAMPLER_SPECS[s_name])
                 with MonkeyPatch.context() as mp:
                     if ck.gpu:
                         counter = CudaSyncs()

@@ -7,7 +7,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+
+
+def job_environment() -> None:
+    """Settle how this job's threads behave before torch (and its OpenMP runtime) loads.
+
+    Threads that reach an OpenMP barrier first sleep instead of spinning (libgomp spins for a
+    while by default). Alone on its cores a job barely notices; on a shared login node or
+    workstation a spinning thread burns the CPU its descheduled partner needs, and a 2-thread
+    job next to one busy process slowed 4-14x instead of its fair share
+    (benchmarks/bench_shared_cpu.py). The thread count itself is the job's: Snakemake sets
+    OMP_NUM_THREADS to the rule's threads. A value set by the user wins.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _train_toy(a: argparse.Namespace) -> None:
@@ -134,8 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_prepare_backbone)
 
     s = sub.add_parser("prepare-task", help="load a benchmark into tasks/{t}.parquet")
-    s.add_argument("--name", required=True)
-    s.add_argument("--options", default="{}", help="JSON loader options (n, seed, source, limit, ids)")
+    s.add_argument("--name", required=True, help="the registered benchmark (a task's `benchmark:`, "
+                   "else its name)")
+    s.add_argument("--options", default="{}", help="JSON loader options (n, seed, source, limit, "
+                   "ids, ...), passed to the loader unchanged")
     s.add_argument("--out", required=True)
     s.set_defaults(func=_prepare_task)
 
@@ -213,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    job_environment()  # before anything loads torch
     from .scoring.levels import SandboxUnavailable
 
     try:

@@ -140,6 +140,8 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
                        shard: str = "0/1", warmup: bool = True, proxies: str | None = None) -> None:
     from tqdm import tqdm
 
+    from . import registry
+    from .backbones.identity import checkpoint_identity
     from .backbones.loading import load_backbone
     from .backbones.manifest import read_manifest
     from .methods import build_method
@@ -147,6 +149,9 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
 
     out_path = Path(out)
     man = read_manifest(manifest)
+    # `auto` parameters (SPA-Cache's profile) chosen for this checkpoint, unless the campaign
+    # already did: the parameters recorded below are the ones the job decodes with
+    method = registry.bind_method(method, checkpoint_identity(man["path"]))
     dev = resolve_device(device)
     rows = read_task_table(task_file)
     indices = shard_range(len(rows), shard)

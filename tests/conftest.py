@@ -7,13 +7,15 @@ logits), tests/workflow.py (running Snakemake, reading dry runs) and tests/check
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from .workflow import CONFIGS, REPO, run_snakemake  # noqa: F401  (re-exported for the tests)
+from .workflow import CONFIGS, REPO, fake_finished_run, run_snakemake  # noqa: F401  (re-exported)
 
 
 def pytest_addoption(parser):
@@ -68,3 +70,29 @@ def toy_backbone(tmp_path_factory):
     from .models import toy_checkpoint_dir
 
     return load_backbone(toy_checkpoint_dir(tmp_path_factory.mktemp("toy")))
+
+
+def _real_commands_available() -> bool:
+    if os.environ.get("DLMPIPE_DAG_TOUCH") == "1":
+        return False
+    return all(importlib.util.find_spec(m) is not None
+               for m in ("dlmpipe.generate", "dlmpipe.scoring.score"))
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """A workdir holding a finished run of the tiny campaign, shared by the tests that read one
+    (they must not change its outputs): real (trained and decoded in seconds) when the generate
+    and score commands are importable, otherwise ``fake_finished_run``. ``DLMPIPE_DAG_TOUCH=1``
+    forces the fake."""
+    workdir = tmp_path_factory.mktemp("finished")
+    config = CONFIGS / "tiny.yaml"
+    if _real_commands_available():
+        run_snakemake(workdir, "--cores", "2", configfile=config)
+        assert (workdir / "results" / "summary.csv").is_file()
+        assert list((workdir / "results" / "plots").glob("pareto_*.png"))
+    else:
+        fake_finished_run(workdir, config)
+    proc = run_snakemake(workdir, "-n", configfile=config)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    return workdir

@@ -9,7 +9,8 @@ import torch
 from dlmpipe import registry
 from dlmpipe.methods import build_cache, build_sampler
 
-from .host_sync import CACHE_READS, SAMPLER_READS, counted, expected_reads, host_reads, per_step_reads
+from .host_sync import (CACHE_READS, SAMPLER_READS, SAMPLER_SPECS, counted, expected_reads, host_reads,
+                        per_step_reads)
 from .models import FAMILIES, MASK_ID, random_prompt, tiny_backbone
 
 
@@ -42,7 +43,7 @@ def test_a_step_reads_back_only_what_its_decisions_need(monkeypatch, family, cac
     for s_name in SAMPLER_READS:
         if registry.pairing_problem(s_name, spec["name"]):
             continue
-        sampler = build_sampler({"name": s_name, "block_length": 8})
+        sampler = build_sampler(SAMPLER_SPECS[s_name])
         with host_reads(monkeypatch) as counter:
             out, steps = per_step_reads(counter, model, sampler, build_cache(spec, model), prompt)
         assert (out.response != MASK_ID).all()

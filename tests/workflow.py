@@ -72,8 +72,10 @@ def expected_counts(campaign) -> dict[str, int]:
     counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
               "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
               "plot": 1, "all": 1}
-    if any(map(campaign.needs_proxies, campaign.methods)):
-        counts["svd"] = b  # one SVD per backbone that an SPA method (singular proxy) decodes
+    # one SVD per backbone that an SPA method (singular proxy) decodes
+    if (svd := sum(any(campaign.needs_proxies(m, bb) for m in campaign.methods)
+                   for bb in campaign.backbones)):
+        counts["svd"] = svd
     shards = campaign.config["shards"]
     if shards > 1:  # N generate jobs per method, joined by one merge before scoring
         counts["generate"] *= shards

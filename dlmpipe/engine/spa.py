@@ -7,10 +7,11 @@ only the ``int(rho(l) * G)`` response rows whose identifier (by default the rank
 proxy ``S_r B_r^T h`` of the value projection, ``proxies.py``) drifted most since last step.
 
 The layer budget rho(l), t = l / L: a split Gaussian peaking at ``m`` with height ``rho_p`` and
-ends ``rho_1`` (t = 0) and ``rho_L`` (t = 1); per-backbone constants in ``PROFILES``. ``rho_p``
-sets the peak with the ends rescaled in proportion (the reference's max_update_ratio), ``scale``
-multiplies the whole profile, ``left_floor`` clips the left side from below. ``budget:
-uniform`` gives every layer ``rho`` (the paper's ablation).
+ends ``rho_1`` (t = 0) and ``rho_L`` (t = 1); per-backbone constants in ``PROFILES``
+(spa_profiles.py, with the rules of ``profile: auto``). ``rho_p`` sets the peak with the ends
+rescaled in proportion (the reference's max_update_ratio), ``scale`` multiplies the whole
+profile, ``left_floor`` clips the left side from below. ``budget: uniform`` gives every layer
+``rho`` (the paper's ablation).
 """
 from __future__ import annotations
 
@@ -18,13 +19,7 @@ import math
 
 from ..backbones.model import Backbone
 from .selective import SelectiveCache, rows_for_budget
-
-# m, rho_p, rho_1, rho_L (docs/METHODS.md §2.3; Dream's are rescaled so the peak is 0.25)
-PROFILES: dict[str, dict[str, float]] = {
-    "llada-8b-instruct": {"m": 0.75, "rho_p": 0.25, "rho_1": 0.03, "rho_L": 0.13},
-    "llada-1.5": {"m": 0.80, "rho_p": 0.25, "rho_1": 0.03, "rho_L": 0.13},
-    "dream-7b": {"m": 0.5, "rho_p": 0.25, "rho_1": 0.05 * 0.25 / 0.30, "rho_L": 0.25 * 0.25 / 0.30},
-}
+from .spa_profiles import PROFILES
 
 
 def split_gaussian(t: float, m: float, rho_p: float, rho_1: float, rho_L: float,

@@ -8,7 +8,8 @@ decides how many more:
 
 - threshold (tau): every other candidate with confidence >= tau;
 - factor (f): the largest prefix n of the sorted confidences with c_(i) >= 1 - f / (i + 1)
-  for i = 2..n (1-based).
+  for i = 2..n (1-based); ``rule: released`` follows Fast-dLLM's code instead, which differs
+  when only the last of m >= 2 candidates fails (it accepts all m).
 
 ``max_steps_per_block`` (optional) caps a block's steps: its last allowed step accepts every
 remaining candidate, so a block never ends with masks left. These samplers read only the rows
@@ -31,13 +32,18 @@ def threshold_accepts(sorted_confidence: Tensor, tau: float) -> Tensor:
     return (sorted_confidence[1:] >= tau).sum() + min(m, 1)
 
 
-def factor_accepts(sorted_confidence: Tensor, f: float) -> Tensor:
+def factor_accepts(sorted_confidence: Tensor, f: float, released: bool = False) -> Tensor:
     """Largest n with ``c_(i) >= 1 - f / (i + 1)`` for i = 2..n (the first always accepted), as a
-    0-d tensor on the confidences' device."""
+    0-d tensor on the confidences' device (no host sync).
+
+    ``released``: Fast-dLLM's code (``get_transfer_index_dynamic``) instead; its loop stops at
+    the first failing candidate and adds one when it stopped at the last index, which also
+    accepts the last of m >= 2 candidates when it alone fails (n = m - 1 becomes m)."""
     m = sorted_confidence.numel()
     i = torch.arange(2, max(m, 1) + 1, dtype=torch.float64, device=sorted_confidence.device)
     holds = sorted_confidence[1:].to(torch.float64) >= 1 - f / (i + 1)
-    return torch.cumprod(holds.to(torch.int64), 0).sum() + min(m, 1)
+    n = torch.cumprod(holds.to(torch.int64), 0).sum() + min(m, 1)
+    return torch.where(n == m - 1, m, n) if released and m >= 2 else n
 
 
 class ParallelSampler(Sampler):
@@ -116,9 +122,9 @@ class ThresholdSampler(ParallelSampler):
 
 
 class FactorSampler(ParallelSampler):
-    def __init__(self, *, f: float, **block_options):
+    def __init__(self, *, f: float, rule: str, **block_options):
         super().__init__(**block_options)
-        self.f = f
+        self.f, self.released = f, rule == "released"
 
     def accepts(self, sorted_confidence: Tensor) -> Tensor:
-        return factor_accepts(sorted_confidence, self.f)
+        return factor_accepts(sorted_confidence, self.f, self.released)
