@@ -178,13 +178,13 @@ def campaign(ck) -> None:
                 scores = pd.read_parquet(results / "scores" / "toy" / task / f"{method}.parquet")
                 devices = set(gens["device"])
                 for device, mode in reruns:
-                    if mode == "cuda_graphs" and plan.method(method, task)["cache"]["name"] != "archer":
+                    if mode == "cuda_graphs" and plan.method(method, task, "toy")["cache"]["name"] != "archer":
                         continue
                     out = work / f"rerun-{device}-{mode}-{task}-{method}.parquet"
                     with contextlib.redirect_stderr(io.StringIO()):  # the job's progress bar
                         run_generation_job(str(results / "backbones" / "toy" / "manifest.json"),
                                            str(results / "tasks" / f"{task}.parquet"),
-                                           plan.method(method, task), str(out), str(out) + ".json",
+                                           plan.method(method, task, "toy"), str(out), str(out) + ".json",
                                            seed=config["seed"], device=device, compile=mode, warmup=False)
                     again = [list(t) for t in pd.read_parquet(out)["token_ids"]]
                     first = [list(t) for t in gens["token_ids"]]

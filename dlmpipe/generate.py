@@ -171,7 +171,7 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
         if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
             from .engine.proxies import load_proxies
             artifacts["proxies"] = load_proxies(proxies, man.get("fingerprint"))
-        sampler, cache = build_method(method, model, artifacts, compile)
+        sampler, cache = build_method(method, model, artifacts, compile=compile)
         stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
         params = json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
 
