@@ -77,10 +77,11 @@ DEGENERATE = {
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", list(DEGENERATE))
-def test_degenerate_setting_equals_full_recompute(family, name):
+def test_degenerate_setting_equals_full_recompute(family, name, device):
+    """``device``: cpu, and cuda where available (tests/conftest.py; device_check runs it on cuda)."""
     sampler, cache, stats = DEGENERATE[name]
     for seed in (0, 1, 2):
-        model = tiny_backbone(family, seed=seed, n_layers=4)
+        model = tiny_backbone(family, seed=seed, n_layers=4).to(device)
         for p_len in (5, 24):
             prompt = random_prompt(p_len, seed)
             ref = decode_method(model, sampler, {"name": "none"}, prompt, seed=seed)
