@@ -45,12 +45,12 @@ class DriftRecorder(FullRecompute):
     def response_logits(self, x, block):
         self.stats.nfe += 1
         m, P = self.model, self.prompt_len
-        positions = torch.arange(x.shape[0])
+        rope = m.rope(torch.arange(x.shape[0]))
         h = m.embed(x[None])
         states = []
         for i in range(m.cfg.n_layers):
-            _, _, v = m.qkv(i, h, positions)
-            out, _, _ = m.layer(i, h, positions)
+            _, _, v = m.qkv(i, h, rope)
+            out, _, _ = m.layer(i, h, rope)
             value = v[0, :, P:].transpose(0, 1).reshape(x.shape[0] - P, -1)
             states.append({"output": out[0, P:], "delta": (out - h)[0, P:], "value": value})
             h = out

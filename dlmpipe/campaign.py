@@ -302,6 +302,9 @@ class Campaign:
             if self.methods and other not in self.methods:
                 problems.append(f"also_speedup_against.{i}: {other!r} is not a method of this "
                                 f"campaign (methods: {', '.join(self.methods)})")
+        if config.get("compile") == "cuda_graphs" and config.get("device") == "cpu":
+            problems.append("compile: cuda_graphs needs device: cuda (or auto on a GPU node); "
+                            "with device: cpu use none or torch_compile")
         if not problems:
             problems += self._table_problems(origin)
         if problems:

@@ -47,7 +47,7 @@ def _generate(a: argparse.Namespace) -> None:
 
     run_generation_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
                        out=a.out, provenance=a.provenance, seed=a.seed, device=a.device,
-                       config_hash=a.config_hash, shard=a.shard, warmup=not a.no_warmup,
+                       compile=a.compile, config_hash=a.config_hash, shard=a.shard, warmup=not a.no_warmup,
                        proxies=a.proxies or None)
 
 
@@ -177,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--provenance", required=True)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--device", default="auto")
+    s.add_argument("--compile", default="none", choices=["none", "cuda_graphs", "torch_compile"],
+                   help="how fixed-shape steps run (dlmpipe/graphs.py)")
     s.add_argument("--config-hash", default="")
     s.add_argument("--shard", default="0/1", help="i/n: this job decodes the i-th of n contiguous, disjoint "
                    "sample ranges (dlmpipe.shards.shard_range)")

@@ -50,7 +50,7 @@ def decode(model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor, 
                    torch.full((gen_len,), model.cfg.mask_id, dtype=torch.long, device=device)])
     _sync(device)
     start = time.perf_counter()
-    sampler.begin(P, gen_len, model.cfg.mask_id, generator)
+    sampler.begin(P, gen_len, model.cfg.mask_id, generator, device)
     cache.begin(x, P)
     first_token_at = None
     while not sampler.done:

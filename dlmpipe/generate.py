@@ -135,20 +135,21 @@ def git_revision() -> str:
         return "unknown"
 
 
-def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device) -> dict:
+def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device,
+                      compile: str = "none") -> dict:
     import transformers
 
     from . import __version__
     return {"dlmpipe": __version__, "git_revision": git_revision(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__,
-            "config_hash": config_hash, "seed": seed, "device": device_name(device),
+            "config_hash": config_hash, "seed": seed, "device": device_name(device), "compile": compile,
             "host": socket.gethostname(), "backbone": manifest["name"],
             "backbone_fingerprint": manifest.get("fingerprint"), "method": method,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def run_generation_job(manifest: str, task_file: str, method: dict, out: str, provenance: str,
-                       seed: int = 0, device: str = "auto", config_hash: str = "",
+                       seed: int = 0, device: str = "auto", compile: str = "none", config_hash: str = "",
                        shard: str = "0/1", warmup: bool = True, proxies: str | None = None) -> None:
     from tqdm import tqdm
 
@@ -169,8 +170,8 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     indices = shard_range(len(rows), shard)
     gen_len = int(method["gen_length"])
     identity = {"format": JOURNAL_FORMAT, "method": method, "seed": seed, "shard": shard,
-                "task_file_rows": len(rows),
-                "backbone": man.get("fingerprint"), "device": device_name(dev)}
+                "task_file_rows": len(rows), "backbone": man.get("fingerprint"),
+                "device": device_name(dev), "compile": compile}
     journal = Journal(out_path.with_name(out_path.name + ".journal.jsonl"), identity)
     todo = [i for i in indices if i not in journal.rows]
     if len(todo) < len(indices):
@@ -184,7 +185,7 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
         if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
             from .engine.proxies import load_proxies
             artifacts["proxies"] = load_proxies(proxies, man.get("fingerprint"))
-        sampler, cache = build_method(method, model, artifacts)
+        sampler, cache = build_method(method, model, artifacts, compile=compile)
         stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
         params = json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
 
@@ -214,5 +215,5 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
 
     final = [journal.rows[i] for i in indices]
     atomic_write_parquet(out_path, pa.Table.from_pylist(final, schema=GENERATION_SCHEMA))
-    atomic_write_json(provenance, provenance_record(seed, config_hash, man, method, dev))
+    atomic_write_json(provenance, provenance_record(seed, config_hash, man, method, dev, compile))
     journal.path.unlink(missing_ok=True)

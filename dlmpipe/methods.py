@@ -11,6 +11,7 @@ from . import registry
 from .backbones.identity import BackboneIdentity
 from .backbones.model import Backbone
 from .engine.base import Cache
+from .graphs import check_device
 from .samplers.base import Sampler
 
 
@@ -39,6 +40,13 @@ def build_cache(spec: dict, model: Backbone, artifacts: dict | None = None,
 
 
 def build_method(method: dict, model: Backbone, artifacts: dict | None = None,
-                 backbone: BackboneIdentity | None = None) -> tuple[Sampler, Cache]:
+                 backbone: BackboneIdentity | None = None, compile: str = "none") -> tuple[Sampler, Cache]:
+    """``compile``: how fixed-shape steps run (dlmpipe/graphs.py), checked against the model's
+    device before anything runs."""
     check_pairing(method["sampler"]["name"], method["cache"]["name"])
-    return build_sampler(method["sampler"]), build_cache(method["cache"], model, artifacts, backbone)
+    check_device(compile, model.device)
+    sampler = build_sampler(method["sampler"])
+    cache = build_cache(method["cache"], model, artifacts, backbone)
+    sampler.use_compile(compile)
+    cache.use_compile(compile)
+    return sampler, cache

@@ -1,4 +1,5 @@
-"""Shared fixtures: one torch thread, test campaigns, a Snakemake runner, the trained toy.
+"""Shared fixtures: one torch thread, test campaigns, a Snakemake runner, the trained toy, and
+the ``device`` parameter of the tests that run on every device (``--dlmpipe-device``).
 
 Helpers that are not fixtures live in tests/models.py (tiny models, decoding, hand-built
 logits), tests/workflow.py (running Snakemake, reading dry runs) and tests/checkpoints.py
@@ -15,6 +16,20 @@ import torch
 import yaml
 
 from .workflow import CONFIGS, REPO, fake_finished_run, run_snakemake  # noqa: F401  (re-exported)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--dlmpipe-device", action="append", default=None, metavar="DEVICE",
+                     help="device the device-parametrized tests run on (repeatable); default: "
+                          "cpu, and cuda where available (benchmarks/device_check.py: cuda)")
+
+
+def pytest_generate_tests(metafunc):
+    """Tests taking ``device`` run once per selected device."""
+    if "device" in metafunc.fixturenames:
+        devices = metafunc.config.getoption("dlmpipe_device") or (
+            ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+        metafunc.parametrize("device", devices)
 
 
 @pytest.fixture(autouse=True)
@@ -48,13 +63,19 @@ def write_config():
 
 
 @pytest.fixture(scope="session")
-def toy_backbone(tmp_path_factory):
-    """The toy backbone trained briefly (40 steps), loaded."""
-    from dlmpipe.backbones import load_backbone
-
+def toy_checkpoint(tmp_path_factory) -> Path:
+    """The toy backbone trained briefly (40 steps), saved in LLaDA's format; once per session."""
     from .models import toy_checkpoint_dir
 
-    return load_backbone(toy_checkpoint_dir(tmp_path_factory.mktemp("toy")))
+    return toy_checkpoint_dir(tmp_path_factory.mktemp("toy"))
+
+
+@pytest.fixture(scope="session")
+def toy_backbone(toy_checkpoint):
+    """The session's toy checkpoint, loaded."""
+    from dlmpipe.backbones import load_backbone
+
+    return load_backbone(toy_checkpoint)
 
 
 def _real_commands_available() -> bool:

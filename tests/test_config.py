@@ -50,6 +50,8 @@ REJECTIONS = [
     ("tasks/bbh", {"gen_length": 8, "fewshot": -1}, "tasks.bbh.fewshot"),
     ("tasks/humaneval", {"gen_length": 8, "prompt_style": "chat"}, "tasks.humaneval.prompt_style"),
     ("device", "tpu", "device: 'tpu' is not one of"),
+    ("compile", "jit", "compile: 'jit' is not one of"),
+    ("compile", "cuda_graphs", "compile: cuda_graphs needs device: cuda"),  # tiny.yaml: device cpu
     ("sandbox", "none", "sandbox: 'none' is not valid; expected isolation of generated code"),
     ("reference_method", "greedy", "reference_method: 'greedy' is not a method"),
     ("methods/archer-k1", {"sampler": {"name": "saber"}, "cache": {"name": "archer", "K": 1}},

@@ -48,7 +48,10 @@ def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, snakemake):
     resources = {rule: re.search(r"resources: (.*)", body).group(1) for rule, body in blocks
                  if "resources:" in body}
     assert "gpu=1" in resources["generate"] and "gpu" not in resources["score"]
-    assert "--device cuda" in proc.stdout
+    assert "--device cuda" in proc.stdout and "--compile none" in proc.stdout
+    proc = snakemake(tmp_path, "-n", "-p", "--config", "device=cuda", "compile=cuda_graphs",
+                     configfile=CONFIGS / "tiny.yaml")
+    assert "--device cuda --compile cuda_graphs" in proc.stdout
 
 
 def test_generate_jobs_decode_with_the_effective_gen_length(tmp_path, snakemake, tiny_config,
@@ -159,6 +162,9 @@ CHANGES = {
                 {("score", "toy", t, m) for t in TASKS for m in METHODS} | REPORT_JOBS),
     # naming the level that is already used (bwrap, the default) changes nothing
     "sandbox-default": (set_in("sandbox", "bwrap"), set()),
+    # how fixed-shape steps run changes the times (and with torch_compile possibly the last
+    # bits): every generate job, then what reads them
+    "compile": (set_in("compile", "torch_compile"), decoding_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
     # scheduling settings never rerun anything
     "resources": (set_in("resources", {"score": {"threads": 2}, "generate": {"mem_mb": 1000}}), set()),
 }

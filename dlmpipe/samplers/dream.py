@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Sampler
+from .base import Sampler, to_device
 
 def filter_logits(logits: Tensor, temperature: float, top_p: float | None,
                   top_k: int | None) -> Tensor:
@@ -76,10 +76,10 @@ class DreamSampler(Sampler):
         self.steps_opt, self.eps, self.alg = steps, eps, alg
         self.temperature, self.top_p, self.top_k, self.alg_temp = temperature, top_p, top_k, alg_temp
 
-    def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
-        super().begin(prompt_len, gen_len, mask_id, generator)
+    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator, device)
         self.total_steps = self.steps_opt or gen_len
-        self.fractions = transfer_fractions(self.total_steps, self.eps)
+        self.fractions = to_device(transfer_fractions(self.total_steps, self.eps), self.device)
         self.rng: torch.Generator | None = None
         self.rng_ready = False
 
@@ -102,8 +102,6 @@ class DreamSampler(Sampler):
         response = x[self.prompt_len:]
         device = response.device
         masked = response == self.mask_id
-        if self.fractions.device != device:
-            self.fractions = self.fractions.to(device)
         fraction = self.fractions[self.steps]
         # rows of visible positions may be stale or NaN (caches serve masked rows): neutral rows
         logits = torch.where(masked[:, None], logits, 0.0)

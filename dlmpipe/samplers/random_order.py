@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import gumbel_argmax
+from .base import gumbel_argmax, to_device
 from .llada_confidence import LLaDAConfidence, transfer_schedule
 
 
@@ -26,8 +26,8 @@ class RandomOrder(LLaDAConfidence):
         super().__init__(**schedule)
         self.order_seed = order_seed
 
-    def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
-        super().begin(prompt_len, gen_len, mask_id, generator)
+    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator, device)
         self.order_generator = (generator if self.order_seed is None
                                 else torch.Generator().manual_seed(self.order_seed))
         self.order_block = -1          # block whose order is drawn
@@ -39,8 +39,8 @@ class RandomOrder(LLaDAConfidence):
         if self.order_block == self.block_index:
             return
         lo, _ = self.block
-        perm = torch.randperm(self.block_length, generator=self.order_generator)
-        self.order = perm + lo
+        perm = torch.randperm(self.block_length, generator=self.order_generator)  # CPU: every device alike
+        self.order = to_device(perm + lo, self.device)
         self.schedule = transfer_schedule(self.block_length, self.steps_per_block)
         self.order_block, self.decoded_in_block = self.block_index, 0
 
@@ -51,7 +51,7 @@ class RandomOrder(LLaDAConfidence):
 
     def step(self, x: Tensor, logits: Tensor) -> None:
         response = x[self.prompt_len:]
-        due = self.due_positions().to(response.device)
+        due = self.due_positions()
         if due.numel():
             rows = logits[due].clone()
             rows[:, self.mask_id] = float("-inf")

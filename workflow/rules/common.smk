@@ -63,6 +63,7 @@ def generate_params(wildcards):
         "method": CAMPAIGN.method(wildcards.method, wildcards.task, wildcards.backbone),
         "seed": config["seed"],
         "device": config["device"],
+        "compile": config["compile"],
     }
 
 
