@@ -3,12 +3,6 @@ TABLES = config["tables"]
 SWEEPS = CAMPAIGN.sweeps()
 
 
-def in_campaign_order(value):
-    """JSON keeping the campaign's order of methods and sweep points (the order of a table's
-    rows and of a sweep's categories), unlike as_json's sorted keys."""
-    return json.dumps(value, separators=(",", ":"))
-
-
 if TABLES:
 
     rule tables:
