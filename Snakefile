@@ -52,6 +52,7 @@ include: "workflow/rules/tasks.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/tables.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -63,10 +64,13 @@ localrules:
     prepare_task,
     summarize,
     plot,
+    plot_sweeps,
 
 
 rule all:
     input:
         rules.summarize.output,
         rules.plot.output,
+        rules.plot_sweeps.output,
+        rules.tables.output if TABLES else [],
     default_target: True

@@ -5,6 +5,14 @@ advance (``note_due_positions``), computes the response logits of the current st
 (``response_logits``; it owns every reuse and refresh decision), and the sampler turns them
 into the next state (``step``; it never calls the model). The loop ends when the sampler is
 done. Time is synchronized wall time of the whole generation (docs/METHODS.md, measurement).
+
+Time to first token (``ttft_s``) is the synchronized time from the same start until the end of
+the first step after which some response position holds a token (is no longer the mask): the
+prefill forward, the first step's sampler update, and any steps that committed nothing. To find
+that step the loop reads back one boolean per step until it flips (a host sync on CUDA), and none
+after: LLaDA-style schedules, the parallel rules and Saber commit in their first step, so this is
+one read-back per generation; a schedule that commits nothing in its first steps (Dream's, with
+as many steps as tokens) adds one per step until its first commit.
 """
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ from .samplers.base import Sampler
 class DecodeResult:
     response: Tensor              # [G] final response token ids
     time_s: float                 # synchronized wall time of the whole generation
+    ttft_s: float = float("nan")  # synchronized time until the first response token is committed
     stats: dict = field(default_factory=dict)
 
 
@@ -43,11 +52,17 @@ def decode(model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor, 
     start = time.perf_counter()
     sampler.begin(P, gen_len, model.cfg.mask_id, generator, device)
     cache.begin(x, P)
+    first_token_at = None
     while not sampler.done:
         cache.note_due_positions(sampler.due_positions())
         logits = cache.response_logits(x, sampler.block)
         sampler.step(x, logits)
+        if first_token_at is None and bool((x[P:] != model.cfg.mask_id).any()):
+            _sync(device)  # the read-back above waited for this stream; other streams too
+            first_token_at = time.perf_counter()
     _sync(device)
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
+    elapsed = end - start
+    ttft = (first_token_at if first_token_at is not None else end) - start
     stats = {**sampler.stats(), **cache.stats.as_dict(), **cache.extra_stats()}
-    return DecodeResult(response=x[P:].cpu(), time_s=elapsed, stats=stats)
+    return DecodeResult(response=x[P:].cpu(), time_s=elapsed, ttft_s=ttft, stats=stats)

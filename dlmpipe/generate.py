@@ -111,7 +111,20 @@ GENERATION_SCHEMA = pa.schema([
     ("time_s", pa.float64()), ("device", pa.string()), ("backbone", pa.string()),
     ("task", pa.string()), ("method", pa.string()), ("sampler", pa.string()),
     ("cache", pa.string()), ("params", pa.string()), ("stats", pa.string()),
+    # per-sample measurements (docs/ARCHITECTURE.md, file contracts): prompt tokens, tokens
+    # before the first stop/pad, time to first token (decode.py), generated tokens / time_s
+    ("prompt_length", pa.int64()), ("generated_length", pa.int64()), ("ttft_s", pa.float64()),
+    ("tps", pa.float64()),
 ])
+# Journal rows of an older format lack columns above: the identity's format discards them.
+JOURNAL_FORMAT = 2
+
+
+def measurements(prompt_len: int, generated: int, res: DecodeResult) -> dict:
+    """The per-sample measurement columns of one decoded sample: ``tps * time_s`` equals the
+    generated tokens (tokens before the first stop or pad) and ``ttft_s <= time_s``."""
+    return {"prompt_length": prompt_len, "generated_length": generated, "ttft_s": res.ttft_s,
+            "tps": generated / res.time_s if res.time_s > 0 else float("nan")}
 
 
 def git_revision() -> str:
@@ -156,8 +169,9 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     rows = read_task_table(task_file)
     indices = shard_range(len(rows), shard)
     gen_len = int(method["gen_length"])
-    identity = {"method": method, "seed": seed, "shard": shard, "task_file_rows": len(rows),
-                "backbone": man.get("fingerprint"), "device": device_name(dev), "compile": compile}
+    identity = {"format": JOURNAL_FORMAT, "method": method, "seed": seed, "shard": shard,
+                "task_file_rows": len(rows), "backbone": man.get("fingerprint"),
+                "device": device_name(dev), "compile": compile}
     journal = Journal(out_path.with_name(out_path.name + ".journal.jsonl"), identity)
     todo = [i for i in indices if i not in journal.rows]
     if len(todo) < len(indices):
@@ -175,17 +189,19 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
         stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
         params = json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
 
-        def run(i: int) -> DecodeResult:
+        def run(i: int) -> tuple[int, DecodeResult]:
             prompt = encode_prompt(loaded, rows[i], chat=bool(man.get("chat")))
             gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
-            return decode(model, sampler, cache, torch.tensor(prompt, dtype=torch.long), gen_len, gen)
+            return len(prompt), decode(model, sampler, cache, torch.tensor(prompt, dtype=torch.long),
+                                       gen_len, gen)
 
         if warmup:
             run(todo[0])  # one warm-up generation, untimed (measurement convention)
         for i in tqdm(todo, desc=f"{man['name']}/{Path(task_file).stem}/{method['name']}", mininterval=2):
-            res = run(i)
+            prompt_len, res = run(i)
             ids = res.response.tolist()
-            text = tok.decode(cut_at_stop(ids, stops), skip_special_tokens=False)
+            kept = cut_at_stop(ids, stops)
+            text = tok.decode(kept, skip_special_tokens=False)
             st = res.stats
             journal.append({
                 "sample_index": i, "task_id": rows[i]["task_id"], "completion": text, "token_ids": ids,
@@ -194,7 +210,8 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
                 "time_s": res.time_s, "device": device_name(dev), "backbone": man["name"],
                 "task": Path(task_file).stem, "method": method["name"],
                 "sampler": method["sampler"]["name"], "cache": method["cache"]["name"],
-                "params": params, "stats": json.dumps(st)})
+                "params": params, "stats": json.dumps(st),
+                **measurements(prompt_len, len(kept), res)})
 
     final = [journal.rows[i] for i in indices]
     atomic_write_parquet(out_path, pa.Table.from_pylist(final, schema=GENERATION_SCHEMA))
