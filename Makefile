@@ -1,12 +1,15 @@
 # The two commands of README.md. `make campaign` sets up .venv and runs the default campaign;
 # `make test` sets up .venv and runs the test suite. Extra Snakemake flags: make campaign ARGS="..."
-.PHONY: setup campaign test report
+.PHONY: setup campaign test report device-check
 CORES ?= all
 
 setup:
 	@bash scripts/setup.sh
 
+# The sandbox check stops the campaign before any job (not after generation) where scoring could
+# not run: bubblewrap missing or broken and no opt-in (`sandbox: process`, DLMPIPE_SANDBOX).
 campaign: setup
+	.venv/bin/python -m dlmpipe check-sandbox -- $(ARGS)
 	.venv/bin/snakemake --cores $(CORES) $(ARGS)
 
 report: setup
@@ -14,3 +17,9 @@ report: setup
 
 test: setup
 	.venv/bin/python -m pytest -ra $(ARGS)
+
+# Everything that needs a GPU, as one prepared command (benchmarks/device_check.py): on one GPU
+# it finishes in at most 8 minutes and writes its report to OUT (default results/device_check);
+# without a GPU it runs the CPU-sized version of each part.
+device-check: setup
+	.venv/bin/python benchmarks/device_check.py $(if $(OUT),--out $(OUT)) $(ARGS)

@@ -7,7 +7,7 @@
 import os
 import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -23,7 +23,7 @@ PYTHON_BIN = "" if "conda" in str(workflow.deployment_settings.deployment_method
 shell.prefix("set -euo pipefail; export PYTHONPATH={DLMPIPE_SRC:q}${{PYTHONPATH:+:$PYTHONPATH}}; "
              + ("export PATH={PYTHON_BIN:q}:$PATH; " if PYTHON_BIN else ""))
 
-from dlmpipe.campaign import Campaign, check_config
+from dlmpipe.campaign import Campaign
 
 
 # A campaign given with --configfile replaces the default one instead of being merged into it
@@ -38,11 +38,10 @@ CONFIG_SOURCE = " + ".join(
     [*map(str, workflow.configfiles)]
     + (["--config"] if workflow.config_settings.overwrite_config else [])
 )
-# every schema error at once, each named by its dotted key (methods.archer.cache.K)
-check_config(config, os.path.join(workflow.basedir, SCHEMA), CONFIG_SOURCE)
-# Snakemake's validator: the same schema, fills the same defaults
-validate(config, SCHEMA)
-# beyond the schema: checkpoint paths, task names, sweeps, pairings, the reference method
+# One validation pass before any job: the schema (its sampler/cache blocks from
+# dlmpipe/registry.py) with Snakemake's default-filling validator, every error at once named by
+# its dotted key (methods.archer.cache.K); then what a schema cannot say: checkpoint paths, task
+# names, sweeps, pairings, the reference method. `config` is filled in place.
 CAMPAIGN = Campaign(config, os.path.join(workflow.basedir, SCHEMA), source=CONFIG_SOURCE)
 
 
@@ -54,6 +53,7 @@ include: "workflow/rules/generate.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/tables.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -65,10 +65,13 @@ localrules:
     prepare_task,
     summarize,
     plot,
+    plot_sweeps,
 
 
 rule all:
     input:
         rules.summarize.output,
         rules.plot.output,
+        rules.plot_sweeps.output,
+        rules.tables.output if TABLES else [],
     default_target: True

@@ -1,6 +1,6 @@
 """Full-forward and prompt-cached-step time of real-shaped, randomly initialized backbones.
 
-No weights are needed: LLaDA-8B and Dream-7B are built at their real shapes (MODELS.md) directly
+No weights are needed: LLaDA-8B and Dream-7B are built at their real shapes (docs/MODELS.md) directly
 on the device in bf16 and filled with random values, which is all timing needs. On CUDA this is
 the check behind the papers' prompt-length table (Archer: cached step vs full step at G=256,
 P=128..2048); on a CPU-only machine the same script picks a scaled-down shape automatically.
@@ -72,10 +72,10 @@ def timed(fn, device: torch.device, repeats: int, warmup: int = 2) -> float:
 def cached_step_fn(model: Backbone, x: torch.Tensor, prompt_len: int):
     """One Archer cached step, primed by a full forward; None if the engine is not available."""
     try:
-        from dlmpipe.engine.archer import ArcherCache
+        from dlmpipe.methods import build_cache
     except ImportError:
         return None
-    cache = ArcherCache(model, K="inf")
+    cache = build_cache({"name": "archer", "K": "inf"}, model)
     cache.begin(x, prompt_len)
     block = (0, x.shape[0] - prompt_len)
     cache.response_logits(x, block)  # full forward: builds the prompt K/V

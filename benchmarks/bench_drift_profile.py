@@ -19,10 +19,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from dlmpipe.decode import decode
 from dlmpipe.engine.full import FullRecompute
 from dlmpipe.engine.spa import layer_budgets
-from dlmpipe.generate import decode, encode_prompt
-from dlmpipe.samplers.llada_confidence import LLaDAConfidence
+from dlmpipe.generate import encode_prompt
+from dlmpipe.methods import build_sampler
 
 SERIES = ("output", "delta", "value")
 
@@ -42,14 +43,14 @@ class DriftRecorder(FullRecompute):
         self.previous = None
 
     def response_logits(self, x, block):
-        self.stats.forwards += 1
+        self.stats.nfe += 1
         m, P = self.model, self.prompt_len
-        positions = torch.arange(x.shape[0])
+        rope = m.rope(torch.arange(x.shape[0]))
         h = m.embed(x[None])
         states = []
         for i in range(m.cfg.n_layers):
-            _, _, v = m.qkv(i, h, positions)
-            out, _, _ = m.layer(i, h, positions)
+            _, _, v = m.qkv(i, h, rope)
+            out, _, _ = m.layer(i, h, rope)
             value = v[0, :, P:].transpose(0, 1).reshape(x.shape[0] - P, -1)
             states.append({"output": out[0, P:], "delta": (out - h)[0, P:], "value": value})
             h = out
@@ -78,7 +79,7 @@ def plot(fractions: dict[str, list[float]], out: Path, title: str) -> None:
     ax.bar(layers, fractions["output"], color="#4C72B0", label="output hidden state")
     ax.plot(layers, fractions["delta"], "o-", color="#DD8452", label="attention+FFN delta")
     ax.plot(layers, fractions["value"], "s-", color="#55A868", label="value vectors")
-    ax.plot(layers, layer_budgets(n), "^:", color="#8172B2", label="adaptive rho(l) (LLaDA-8B)")
+    ax.plot(layers, layer_budgets(n, "llada-8b-instruct"), "^:", color="#8172B2", label="adaptive rho(l) (LLaDA-8B)")
     ax.axhline(0.25, ls="--", color="gray", label="uniform rho = 0.25")
     ax.set_xlabel("layer")
     ax.set_ylabel("fraction of tokens, cos sim < 0.95")
@@ -115,12 +116,12 @@ def main() -> None:
     for task in a.tasks.split(","):
         for row in make_examples(task, a.n, 1000):
             prompt = torch.tensor(encode_prompt(loaded, row, chat=False))
-            decode(loaded.model, LLaDAConfidence(), recorder, prompt, a.gen)
+            decode(loaded.model, build_sampler({"name": "llada_confidence"}), recorder, prompt, a.gen)
     fr = recorder.fractions()
     print(f"checkpoint={ckpt} tasks={a.tasks} n={a.n} per task, gen={a.gen}, tau={a.tau}, "
           f"{recorder.compared} token comparisons per layer")
     print(f"{'layer':>5} " + " ".join(f"{s:>8}" for s in SERIES) + f" {'rho(l)':>8}")
-    for i, rho in enumerate(layer_budgets(len(fr["output"]))):
+    for i, rho in enumerate(layer_budgets(len(fr["output"]), "llada-8b-instruct")):
         print(f"{i:>5} " + " ".join(f"{fr[s][i]:>8.3f}" for s in SERIES) + f" {rho:>8.3f}")
     plot(fr, Path(a.out), f"drift per layer ({a.label or ckpt.name}, tau {a.tau})")
     print(f"wrote {a.out}")

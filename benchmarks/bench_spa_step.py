@@ -32,9 +32,9 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_archer_step import build  # noqa: E402
 
-from dlmpipe.engine.full import FullRecompute  # noqa: E402
 from dlmpipe.engine.proxies import proxies_from_model  # noqa: E402
 from dlmpipe.engine.spa import SPACache, layer_budgets  # noqa: E402
+from dlmpipe.methods import build_cache  # noqa: E402
 
 
 def once(fn, device: str) -> float:
@@ -57,7 +57,8 @@ def interleaved(reference, candidate, device: str, reps: int) -> tuple[float, fl
 
 
 def sparse_cache(model, x, P, proxies, rank, **budget) -> SPACache:
-    cache = SPACache(model, rank=rank, refresh_steps=None, refresh_gen_steps=None, proxies=proxies, **budget)
+    cache = build_cache({"name": "spa", "rank": rank, "refresh_steps": None, "refresh_gen_steps": None,
+                         **budget}, model, artifacts={"proxies": proxies})
     cache.begin(x, P)
     cache.response_logits(x, (0, x.shape[0] - P))  # step 0: the full refresh that fills the caches
     return cache
@@ -99,7 +100,7 @@ def main() -> None:
     print(f"device={a.device} dtype={dtype} d_model={a.d_model} layers={a.layers} head_dim=128 "
           f"vocab={a.vocab} P={P} G={G} rank={a.rank} threads={torch.get_num_threads()}")
 
-    full = FullRecompute(model)
+    full = build_cache({"name": "none"}, model)
     full.begin(x, P)
     step_full = lambda: full.response_logits(x, (0, G))  # noqa: E731
     dense = sparse_cache(model, x, P, proxies, a.rank, budget="uniform", rho=1.0)
@@ -126,7 +127,7 @@ def main() -> None:
     print(f"\n{'budget':>12} {'rows':>8} {'sparse ms':>10} {'of full':>8} {'target':>7} {'ok':>3} "
           f"{'of dense resp':>13} {'kv dense ms':>12} {'of full':>8}")
     rows = [(f"{rho:g}", dict(budget="uniform", rho=rho)) for rho in map(float, a.budgets.split(","))]
-    rho_l = layer_budgets(a.layers)
+    rho_l = layer_budgets(a.layers, "llada-8b-instruct")
     mean_adaptive = (1 + sum(rho_l[1:])) / a.layers  # layer 0 dense
     rows.append(("adaptive", dict(budget="adaptive")))
     for label, budget in rows:

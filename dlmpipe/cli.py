@@ -7,7 +7,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+
+
+def job_environment() -> None:
+    """Settle how this job's threads behave before torch (and its OpenMP runtime) loads.
+
+    Threads that reach an OpenMP barrier first sleep instead of spinning (libgomp spins for a
+    while by default). Alone on its cores a job barely notices; on a shared login node or
+    workstation a spinning thread burns the CPU its descheduled partner needs, and a 2-thread
+    job next to one busy process slowed 4-14x instead of its fair share
+    (benchmarks/bench_shared_cpu.py). The thread count itself is the job's: Snakemake sets
+    OMP_NUM_THREADS to the rule's threads. A value set by the user wins.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _train_toy(a: argparse.Namespace) -> None:
@@ -33,7 +47,7 @@ def _generate(a: argparse.Namespace) -> None:
 
     run_generation_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
                        out=a.out, provenance=a.provenance, seed=a.seed, device=a.device,
-                       config_hash=a.config_hash, shard=a.shard, warmup=not a.no_warmup,
+                       compile=a.compile, config_hash=a.config_hash, shard=a.shard, warmup=not a.no_warmup,
                        proxies=a.proxies or None)
 
 
@@ -41,8 +55,8 @@ def _time_methods(a: argparse.Namespace) -> None:
     from .timing import run_timing_job
 
     run_timing_job(manifest=a.manifest, task_file=a.task_file, methods=json.loads(a.methods),
-                   out=a.out, seed=a.seed, device=a.device, samples=a.samples,
-                   repeats=a.repeats, proxies=a.proxies or None)
+                   out=a.out, seed=a.seed, device=a.device, compile=a.compile,
+                   samples=a.samples, repeats=a.repeats, proxies=a.proxies or None)
 
 
 def _svd(a: argparse.Namespace) -> None:
@@ -60,27 +74,83 @@ def _merge_generations(a: argparse.Namespace) -> None:
 def _score(a: argparse.Namespace) -> None:
     from .scoring.score import score_generations
 
-    score_generations(a.generations, a.task_file, a.out, workers=a.workers)
+    score_generations(a.generations, a.task_file, a.out, workers=a.workers, sandbox=a.sandbox)
 
 
 def _score_samples(a: argparse.Namespace) -> None:
     from .scoring.samples import score_samples
 
     score_samples(task=a.task, samples=a.samples, out=a.out, workers=a.workers,
-                  options=json.loads(a.options))
+                  options=json.loads(a.options), sandbox=a.sandbox)
+
+
+def _check_sandbox(a: argparse.Namespace) -> None:
+    """The campaign's sandbox level, resolved as Snakemake and the score rule resolve it:
+    ``--config sandbox=...``, else the last ``--configfile`` (default config.yaml) that sets
+    it, else $DLMPIPE_SANDBOX, else bwrap; then checked here (SandboxUnavailable: exit 2)."""
+    import yaml
+
+    from .scoring.levels import isolation, level_caveats, weaker_than_bwrap
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--configfile", "--configfiles", nargs="+", action="extend", default=[])
+    p.add_argument("--config", "-C", nargs="+", action="extend", default=[])
+    known, _ = p.parse_known_args([x for x in a.snakemake_args if x != "--"])
+    level = None
+    for path in known.configfile or ["config.yaml"]:
+        with open(path, encoding="utf-8") as f:
+            level = (yaml.safe_load(f) or {}).get("sandbox", level)
+    for item in known.config:
+        key, _, value = item.partition("=")
+        if key == "sandbox":
+            level = yaml.safe_load(value)
+    iso = isolation(level)
+    print(f"dlmpipe check-sandbox: scoring will use {iso.level} ({iso.variant}, {iso.python})")
+    if weaker_than_bwrap(iso.level):
+        print(f"WARNING: {iso.level} is weaker than bubblewrap: {level_caveats(iso.level)} "
+              "(docs/SCORING.md)")
 
 
 def _summarize(a: argparse.Namespace) -> None:
     from .analysis.summary import summarize
 
-    summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet, out_csv=a.out_csv,
-              also_against=a.also_against, timing=a.timing, seed=a.seed)
+    table = summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet,
+                      out_csv=a.out_csv, also_against=a.also_against, timing=a.timing,
+                      seed=a.seed)
+    if a.out_isolation:
+        from .analysis.isolation import write_isolation_note
+
+        write_isolation_note(table, a.out_isolation)
 
 
 def _plot(a: argparse.Namespace) -> None:
     from .analysis.plots import plot_pareto
 
     plot_pareto(a.summary, a.out_dir)
+
+
+def _tables(a: argparse.Namespace) -> None:
+    from .analysis.tables import write_tables
+
+    campaign = json.loads(a.campaign)
+    write_tables(a.summary, json.loads(a.tables), campaign["origin"], campaign["backbones"],
+                 campaign["tasks"], a.out_dir)
+
+
+def _plot_sweeps(a: argparse.Namespace) -> None:
+    from .analysis.sweeps import plot_sweeps
+
+    plot_sweeps(a.summary, json.loads(a.sweeps), a.out_dir)
+
+
+def _sandbox_option(s: argparse.ArgumentParser) -> None:
+    from .scoring.levels import LEVELS
+
+    s.add_argument("--sandbox", choices=LEVELS, default=None,
+                   help="isolation of untrusted code (default: $DLMPIPE_SANDBOX, else bwrap, which "
+                   "must work); 'process' opts in to the weaker level where bubblewrap is "
+                   "unavailable, 'auto' to bwrap where it works and process elsewhere "
+                   "(docs/SCORING.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,8 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_prepare_backbone)
 
     s = sub.add_parser("prepare-task", help="load a benchmark into tasks/{t}.parquet")
-    s.add_argument("--name", required=True)
-    s.add_argument("--options", default="{}", help="JSON loader options (n, seed, source, limit, ids)")
+    s.add_argument("--name", required=True, help="the registered benchmark (a task's `benchmark:`, "
+                   "else its name)")
+    s.add_argument("--options", default="{}", help="JSON loader options (n, seed, source, limit, "
+                   "ids, ...), passed to the loader unchanged")
     s.add_argument("--out", required=True)
     s.set_defaults(func=_prepare_task)
 
@@ -114,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--provenance", required=True)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--device", default="auto")
+    s.add_argument("--compile", default="none", choices=["none", "cuda_graphs", "torch_compile"],
+                   help="how fixed-shape steps run (dlmpipe/graphs.py)")
     s.add_argument("--config-hash", default="")
     s.add_argument("--shard", default="0/1", help="i/n: this job decodes the i-th of n contiguous, disjoint "
                    "sample ranges (dlmpipe.shards.shard_range)")
@@ -130,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--device", default="auto")
+    s.add_argument("--compile", default="none", choices=["none", "cuda_graphs", "torch_compile"],
+                   help="how fixed-shape steps run, as in the generate jobs (dlmpipe/graphs.py)")
     s.add_argument("--samples", type=int, default=10, help="time the first N samples of the task")
     s.add_argument("--repeats", type=int, default=3, help="decodes per (method, sample)")
     s.add_argument("--proxies", default="", help="the backbone's proxies.safetensors; empty: none")
@@ -154,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task-file", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--workers", type=int, default=0, help="parallel programs (0: all cores)")
+    _sandbox_option(s)
     s.set_defaults(func=_score)
 
     s = sub.add_parser("score-samples", help="score external EvalPlus-style samples")
@@ -162,7 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--workers", type=int, default=0)
     s.add_argument("--options", default="{}", help="JSON task loader options (source, limit, ids)")
+    _sandbox_option(s)
     s.set_defaults(func=_score_samples)
+
+    s = sub.add_parser("check-sandbox", help="check that the campaign's sandbox works here "
+                       "(no generated code runs); `make campaign` runs it before Snakemake")
+    s.add_argument("snakemake_args", nargs=argparse.REMAINDER,
+                   help="after --: the Snakemake arguments (--configfile, --config sandbox=...)")
+    s.set_defaults(func=_check_sandbox)
 
     s = sub.add_parser("summarize", help="one summary row per (backbone, task, method)")
     s.add_argument("--scores", nargs="+", required=True)
@@ -173,19 +257,44 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
     s.add_argument("--out-parquet", required=True)
     s.add_argument("--out-csv", required=True)
+    s.add_argument("--out-isolation", default="", help="HTML page for the report: the rows "
+                   "scored under a sandbox weaker than bubblewrap, or the all-clear")
     s.set_defaults(func=_summarize)
 
     s = sub.add_parser("plot", help="quality-vs-speedup Pareto plots per (backbone, task)")
     s.add_argument("--summary", required=True)
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=_plot)
+
+    s = sub.add_parser("tables", help="paper-style tables (Archer, SPA-Cache) from the summary: "
+                       "{name}.csv, .md and .html per table")
+    s.add_argument("--summary", required=True)
+    s.add_argument("--tables", required=True, help="JSON: the campaign's tables section")
+    s.add_argument("--campaign", required=True,
+                   help='JSON: {"origin": {method: base}, "backbones": [...], "tasks": [...]}')
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=_tables)
+
+    s = sub.add_parser("plot-sweeps", help="quality, speedup and TPS against the swept value, "
+                       "per (backbone, task, swept base method)")
+    s.add_argument("--summary", required=True)
+    s.add_argument("--sweeps", required=True,
+                   help='JSON: {base: {"keys": [...], "points": {method: [values]}}}')
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=_plot_sweeps)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    job_environment()  # before anything loads torch
+    from .scoring.levels import SandboxUnavailable
+
     try:
         args.func(args)
+    except SandboxUnavailable as e:
+        print(f"dlmpipe {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError) as e:
         from .backbones.loading import CheckpointError
 

@@ -1,7 +1,6 @@
-"""The decode loop (sampler <-> cache) and the resumable generation job.
+"""The resumable generation job: a task decoded with one method (the loop itself: decode.py).
 
-``decode`` is the whole per-sample algorithm: the cache computes response logits, the sampler
-updates the response, until the sampler is done. ``run_generation_job`` loads the model once,
+``run_generation_job`` loads the model once,
 decodes every sample of a task (or of one shard of it), journals each finished sample so a
 killed job resumes without losing or duplicating samples, and writes the generations parquet
 and a provenance file atomically.
@@ -15,52 +14,14 @@ import platform
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
-from torch import Tensor
 
-from .backbones.model import Backbone
-from .engine.base import Cache
-from .samplers.base import Sampler
+from .decode import DecodeResult, decode
+from .io import atomic_write_json, atomic_write_parquet, atomic_write_text
 from .shards import shard_range  # noqa: F401  (re-exported: the shard a job decodes)
-
-
-@dataclass
-class DecodeResult:
-    response: Tensor              # [G] final response token ids
-    time_s: float                 # synchronized wall time of the whole generation
-    stats: dict = field(default_factory=dict)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@torch.inference_mode()
-def decode(model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor, gen_len: int,
-           generator: torch.Generator | None = None) -> DecodeResult:
-    """Decode one sample: ``prompt_ids [P]`` -> response ``[G]`` (batch size 1)."""
-    device = model.device
-    P = prompt_ids.shape[0]
-    x = torch.cat([prompt_ids.to(device),
-                   torch.full((gen_len,), model.cfg.mask_id, dtype=torch.long, device=device)])
-    _sync(device)
-    start = time.perf_counter()
-    sampler.begin(P, gen_len, model.cfg.mask_id, generator)
-    cache.begin(x, P)
-    while not sampler.done:
-        cache.note_due_positions(sampler.due_positions())
-        logits = cache.response_logits(x, sampler.block)
-        sampler.step(x, logits)
-    _sync(device)
-    elapsed = time.perf_counter() - start
-    stats = {**sampler.stats(), **cache.stats.as_dict(), **cache.extra_stats()}
-    return DecodeResult(response=x[P:].cpu(), time_s=elapsed, stats=stats)
 
 
 def cut_at_stop(ids: list[int], stop_ids: list[int]) -> list[int]:
@@ -112,8 +73,7 @@ class Journal:
         if path.exists():
             self._load()
         if not self.rows:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"identity": identity}) + "\n")
+            atomic_write_text(path, json.dumps({"identity": identity}) + "\n")
 
     def _load(self) -> None:
         lines = self.path.read_text().split("\n")
@@ -133,9 +93,8 @@ class Journal:
             self.rows[row["sample_index"]] = row
         if self.rows and not complete:
             # drop the partial line, or the next append would extend it into an unreadable one
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in [header, *self.rows.values()]))
-            os.replace(tmp, self.path)
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n"
+                                                 for r in [header, *self.rows.values()]))
 
     def append(self, row: dict) -> None:
         with open(self.path, "a") as f:
@@ -152,14 +111,20 @@ GENERATION_SCHEMA = pa.schema([
     ("time_s", pa.float64()), ("device", pa.string()), ("backbone", pa.string()),
     ("task", pa.string()), ("method", pa.string()), ("sampler", pa.string()),
     ("cache", pa.string()), ("params", pa.string()), ("stats", pa.string()),
+    # per-sample measurements (docs/ARCHITECTURE.md, file contracts): prompt tokens, tokens
+    # before the first stop/pad, time to first token (decode.py), generated tokens / time_s
+    ("prompt_length", pa.int64()), ("generated_length", pa.int64()), ("ttft_s", pa.float64()),
+    ("tps", pa.float64()),
 ])
+# Journal rows of an older format lack columns above: the identity's format discards them.
+JOURNAL_FORMAT = 2
 
 
-def write_parquet_atomic(rows: list[dict], schema: pa.Schema, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    os.replace(tmp, out)
+def measurements(prompt_len: int, generated: int, res: DecodeResult) -> dict:
+    """The per-sample measurement columns of one decoded sample: ``tps * time_s`` equals the
+    generated tokens (tokens before the first stop or pad) and ``ttft_s <= time_s``."""
+    return {"prompt_length": prompt_len, "generated_length": generated, "ttft_s": res.ttft_s,
+            "tps": generated / res.time_s if res.time_s > 0 else float("nan")}
 
 
 def git_revision() -> str:
@@ -170,32 +135,26 @@ def git_revision() -> str:
         return "unknown"
 
 
-def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device) -> dict:
+def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device,
+                      compile: str = "none") -> dict:
     import transformers
 
     from . import __version__
     return {"dlmpipe": __version__, "git_revision": git_revision(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__,
-            "config_hash": config_hash, "seed": seed, "device": device_name(device),
+            "config_hash": config_hash, "seed": seed, "device": device_name(device), "compile": compile,
             "host": socket.gethostname(), "backbone": manifest["name"],
             "backbone_fingerprint": manifest.get("fingerprint"), "method": method,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def with_proxies(method: dict, proxies: str | None, fingerprint: str | None) -> dict:
-    """The method with the backbone's singular proxies (svd rule) in its cache parameters, when
-    a proxies file is given, checked against the backbone's fingerprint; else unchanged."""
-    if not proxies:
-        return method
-    from .engine.proxies import load_proxies
-    return {**method, "cache": {**method["cache"], "proxies": load_proxies(proxies, fingerprint)}}
-
-
 def run_generation_job(manifest: str, task_file: str, method: dict, out: str, provenance: str,
-                       seed: int = 0, device: str = "auto", config_hash: str = "",
+                       seed: int = 0, device: str = "auto", compile: str = "none", config_hash: str = "",
                        shard: str = "0/1", warmup: bool = True, proxies: str | None = None) -> None:
     from tqdm import tqdm
 
+    from . import registry
+    from .backbones.identity import checkpoint_identity
     from .backbones.loading import load_backbone
     from .backbones.manifest import read_manifest
     from .methods import build_method
@@ -203,12 +162,16 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
 
     out_path = Path(out)
     man = read_manifest(manifest)
+    # `auto` parameters (SPA-Cache's profile) chosen for this checkpoint, unless the campaign
+    # already did: the parameters recorded below are the ones the job decodes with
+    method = registry.bind_method(method, checkpoint_identity(man["path"]))
     dev = resolve_device(device)
     rows = read_task_table(task_file)
     indices = shard_range(len(rows), shard)
     gen_len = int(method["gen_length"])
-    identity = {"method": method, "seed": seed, "shard": shard, "task_file_rows": len(rows),
-                "backbone": man.get("fingerprint"), "device": device_name(dev)}
+    identity = {"format": JOURNAL_FORMAT, "method": method, "seed": seed, "shard": shard,
+                "task_file_rows": len(rows), "backbone": man.get("fingerprint"),
+                "device": device_name(dev), "compile": compile}
     journal = Journal(out_path.with_name(out_path.name + ".journal.jsonl"), identity)
     todo = [i for i in indices if i not in journal.rows]
     if len(todo) < len(indices):
@@ -218,21 +181,27 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     if todo:
         loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
         model, tok = loaded.model, loaded.tokenizer
-        sampler, cache = build_method(with_proxies(method, proxies, man.get("fingerprint")), model)
+        artifacts = {}
+        if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
+            from .engine.proxies import load_proxies
+            artifacts["proxies"] = load_proxies(proxies, man.get("fingerprint"))
+        sampler, cache = build_method(method, model, artifacts, compile=compile)
         stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
         params = json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
 
-        def run(i: int) -> DecodeResult:
+        def run(i: int) -> tuple[int, DecodeResult]:
             prompt = encode_prompt(loaded, rows[i], chat=bool(man.get("chat")))
             gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
-            return decode(model, sampler, cache, torch.tensor(prompt, dtype=torch.long), gen_len, gen)
+            return len(prompt), decode(model, sampler, cache, torch.tensor(prompt, dtype=torch.long),
+                                       gen_len, gen)
 
         if warmup:
             run(todo[0])  # one warm-up generation, untimed (measurement convention)
         for i in tqdm(todo, desc=f"{man['name']}/{Path(task_file).stem}/{method['name']}", mininterval=2):
-            res = run(i)
+            prompt_len, res = run(i)
             ids = res.response.tolist()
-            text = tok.decode(cut_at_stop(ids, stops), skip_special_tokens=False)
+            kept = cut_at_stop(ids, stops)
+            text = tok.decode(kept, skip_special_tokens=False)
             st = res.stats
             journal.append({
                 "sample_index": i, "task_id": rows[i]["task_id"], "completion": text, "token_ids": ids,
@@ -241,12 +210,10 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
                 "time_s": res.time_s, "device": device_name(dev), "backbone": man["name"],
                 "task": Path(task_file).stem, "method": method["name"],
                 "sampler": method["sampler"]["name"], "cache": method["cache"]["name"],
-                "params": params, "stats": json.dumps(st)})
+                "params": params, "stats": json.dumps(st),
+                **measurements(prompt_len, len(kept), res)})
 
     final = [journal.rows[i] for i in indices]
-    write_parquet_atomic(final, GENERATION_SCHEMA, out_path)
-    prov = Path(provenance)
-    prov_tmp = prov.with_name(prov.name + ".tmp")
-    prov_tmp.write_text(json.dumps(provenance_record(seed, config_hash, man, method, dev), indent=2))
-    os.replace(prov_tmp, prov)
+    atomic_write_parquet(out_path, pa.Table.from_pylist(final, schema=GENERATION_SCHEMA))
+    atomic_write_json(provenance, provenance_record(seed, config_hash, man, method, dev, compile))
     journal.path.unlink(missing_ok=True)

@@ -1,53 +1,52 @@
-"""Method registry: a config method (sampler + cache + parameters) -> live objects.
+"""Build a config method (sampler + cache + parameters) into live objects.
 
-Every pairing the math allows is a config line: samplers and caches are looked up by name and
-built from their parameter dicts; ``check_pairing`` rejects the pairings that cannot work.
+The entries (classes, parameters and defaults, pairing rows, artifacts) live in
+``dlmpipe.registry``; this module only instantiates them, with the defaults filled there and
+``auto`` parameters bound to the backbone (a campaign binds them earlier, per backbone, from the
+checkpoint's identity; without one, the model's family alone decides).
 """
 from __future__ import annotations
 
+from . import registry
+from .backbones.identity import BackboneIdentity
 from .backbones.model import Backbone
-from .engine.archer import ArcherCache
 from .engine.base import Cache
-from .engine.dkv import DKVDecodeCache, DKVGreedyCache
-from .engine.dllm_cache import DLLMCache
-from .engine.fast_dllm import FastDLLMDualCache, FastDLLMPrefixCache
-from .engine.full import FullRecompute
-from .engine.spa import SPACache
+from .graphs import check_device
 from .samplers.base import Sampler
-from .samplers.llada_confidence import LLaDAConfidence
-from .samplers.parallel import FactorSampler, ThresholdSampler
-from .samplers.random_order import RandomOrder
-from .samplers.saber import Saber
-
-SAMPLERS: dict[str, type[Sampler]] = {"llada_confidence": LLaDAConfidence, "saber": Saber,
-                                      "threshold": ThresholdSampler, "factor": FactorSampler,
-                                      "random_order": RandomOrder}
-CACHES: dict[str, type[Cache]] = {"none": FullRecompute, "archer": ArcherCache,
-                                  "fast_dllm_prefix": FastDLLMPrefixCache,
-                                  "fast_dllm_dual": FastDLLMDualCache,
-                                  "dkv_decode": DKVDecodeCache, "dkv_greedy": DKVGreedyCache,
-                                  "spa": SPACache, "dllm_cache": DLLMCache}
-
-
-def _split(spec: dict) -> tuple[str, dict]:
-    params = dict(spec)
-    return params.pop("name"), params
 
 
 def check_pairing(sampler_name: str, cache_name: str) -> None:
     """Raise ValueError when the cache cannot serve the sampler (e.g. rollback needs all rows)."""
-    if sampler_name not in SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler_name!r}; known: {', '.join(sorted(SAMPLERS))}")
-    if cache_name not in CACHES:
-        raise ValueError(f"unknown cache {cache_name!r}; known: {', '.join(sorted(CACHES))}")
-    if SAMPLERS[sampler_name].needs_all_rows and not CACHES[cache_name].serves_all_rows:
-        raise ValueError(f"cache {cache_name!r} cannot serve sampler {sampler_name!r}: the sampler "
-                         "reads logits of every response row at every step and the cache "
-                         "leaves some rows without logits")
+    problem = registry.pairing_problem(sampler_name, cache_name)
+    if problem:
+        raise ValueError(problem)
 
 
-def build_method(method: dict, model: Backbone) -> tuple[Sampler, Cache]:
-    sampler_name, sampler_params = _split(method["sampler"])
-    cache_name, cache_params = _split(method["cache"])
-    check_pairing(sampler_name, cache_name)
-    return SAMPLERS[sampler_name](**sampler_params), CACHES[cache_name](model, **cache_params)
+def build_sampler(spec: dict) -> Sampler:
+    component, params = registry.resolve("sampler", spec)
+    return component.load()(**params)
+
+
+def build_cache(spec: dict, model: Backbone, artifacts: dict | None = None,
+                backbone: BackboneIdentity | None = None) -> Cache:
+    """``artifacts``: loaded artifacts by kind (e.g. ``{"proxies": ...}``), passed to caches
+    that need them (``registry.Component.artifacts``). ``backbone``: the checkpoint's identity
+    for ``auto`` parameters (default: the model's family, no checkpoint name)."""
+    identity = backbone or BackboneIdentity(model.cfg.family, (), "model")
+    component, params = registry.resolve("cache", spec, identity)
+    needed = {kind: (artifacts or {}).get(kind) for kind, needs in component.artifacts.items()
+              if needs(params)}
+    return component.load()(model, **params, **needed)
+
+
+def build_method(method: dict, model: Backbone, artifacts: dict | None = None,
+                 backbone: BackboneIdentity | None = None, compile: str = "none") -> tuple[Sampler, Cache]:
+    """``compile``: how fixed-shape steps run (dlmpipe/graphs.py), checked against the model's
+    device before anything runs."""
+    check_pairing(method["sampler"]["name"], method["cache"]["name"])
+    check_device(compile, model.device)
+    sampler = build_sampler(method["sampler"])
+    cache = build_cache(method["cache"], model, artifacts, backbone)
+    sampler.use_compile(compile)
+    cache.use_compile(compile)
+    return sampler, cache

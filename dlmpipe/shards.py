@@ -11,7 +11,6 @@ local job and starts in a fraction of a second.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -19,6 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from .io import atomic_write_json, atomic_write_parquet
 
 # columns that must agree between every row of a merged file (one method's decoding of one task)
 SAME_IN_EVERY_ROW = ("backbone", "task", "method", "sampler", "cache", "params")
@@ -30,17 +31,6 @@ def shard_range(n: int, shard: str) -> range:
     if not 0 <= i < k:
         raise ValueError(f"bad shard {shard!r}: need i/k with 0 <= i < k")
     return range(i * n // k, (i + 1) * n // k)
-
-
-def _replace_atomic(out: Path, write) -> None:
-    """``write(tmp)`` then rename over ``out``: readers see the old file or the whole new one."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def merge_provenance(records: list[dict], shards: list[str]) -> dict:
@@ -122,6 +112,6 @@ def merge_shards(shard_files: list[str], task_file: str, out: str, provenance: s
     if len(record["devices"]) > 1:
         print(f"warning: shards decoded on different devices {record['devices']}: per-sample "
               "times (time_s) compare only within a device", flush=True)
-    _replace_atomic(Path(out), lambda tmp: pq.write_table(merged, tmp))
-    _replace_atomic(Path(provenance), lambda tmp: tmp.write_text(json.dumps(record, indent=2)))
+    atomic_write_parquet(out, merged)
+    atomic_write_json(provenance, record)
     return record

@@ -17,8 +17,9 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
-from .generate import (decode, device_name, encode_prompt, resolve_device, sample_seed,
-                       write_parquet_atomic)
+from .decode import decode
+from .generate import device_name, encode_prompt, resolve_device, sample_seed
+from .io import atomic_write_parquet
 
 TIMING_SCHEMA = pa.schema([
     ("backbone", pa.string()), ("task", pa.string()), ("method", pa.string()),
@@ -40,14 +41,15 @@ def timed_samples(n_rows: int, samples: int) -> list[int]:
 
 
 def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str, seed: int = 0,
-                   device: str = "auto", samples: int = 10, repeats: int = 3,
-                   proxies: str | None = None, log=print) -> None:
-    """Time every method of ``methods`` (each as the generate job receives it: name, sampler,
-    cache, gen_length) on the first ``samples`` samples, ``repeats`` times, interleaved."""
+                   device: str = "auto", compile: str = "none", samples: int = 10,
+                   repeats: int = 3, proxies: str | None = None, log=print) -> None:
+    """Time every method of ``methods`` (each as its generate job receives it: name, sampler,
+    cache, gen_length) on the first ``samples`` samples, ``repeats`` times, interleaved; built
+    as the generate job builds it (``auto`` parameters bound, proxies, ``compile``)."""
+    from . import registry
+    from .backbones.identity import checkpoint_identity
     from .backbones.loading import load_backbone
     from .backbones.manifest import read_manifest
-    from .campaign import needs_proxies
-    from .generate import with_proxies
     from .methods import build_method
     from .tasks import read_task_table
 
@@ -56,18 +58,22 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
     if samples < 1 or repeats < 1:
         raise ValueError(f"timing needs samples >= 1 and repeats >= 1 (got {samples}, {repeats})")
     man = read_manifest(manifest)
+    identity = checkpoint_identity(man["path"])
+    methods = [registry.bind_method(m, identity) for m in methods]
+    if not proxies and any("proxies" in registry.artifacts(m) for m in methods):
+        raise ValueError("an SPA-Cache method with the singular identifier needs the backbone's "
+                         "proxies file (--proxies)")
     dev = resolve_device(device)
     rows = read_task_table(task_file)
     if not rows:
         raise ValueError(f"{task_file}: the task has no samples to time")
     loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
     model = loaded.model
-    if proxies is None and any(map(needs_proxies, methods)):
-        raise ValueError("an SPA-Cache method with the singular identifier needs the backbone's "
-                         "proxies file (--proxies)")
-    built = {m["name"]: build_method(with_proxies(m, proxies if needs_proxies(m) else None,
-                                                  man.get("fingerprint")), model)
-             for m in methods}
+    artifacts = {}
+    if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
+        from .engine.proxies import load_proxies
+        artifacts["proxies"] = load_proxies(proxies, man.get("fingerprint"))
+    built = {m["name"]: build_method(m, model, artifacts, compile=compile) for m in methods}
     gen_len = {m["name"]: int(m["gen_length"]) for m in methods}
     indices = timed_samples(len(rows), samples)
     prompts = {i: torch.tensor(encode_prompt(loaded, rows[i], chat=bool(man.get("chat"))),
@@ -97,7 +103,7 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
                 gc.collect()
     finally:
         gc.enable()
-    write_parquet_atomic(records, TIMING_SCHEMA, Path(out))
+    atomic_write_parquet(out, pa.Table.from_pylist(records, schema=TIMING_SCHEMA))
     log(f"timed {len(names)} methods x {len(indices)} samples x {repeats} repeats on {dev_name}; "
         "mean seconds per decode:")
     for n in names:

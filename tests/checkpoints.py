@@ -1,6 +1,6 @@
 """Tiny random checkpoints in each family's exact on-disk format, for tests.
 
-The files look like the real ones (see ../shared/specs/MODELS.md): LLaDA's config.json fields,
+The files look like the real ones (see docs/MODELS.md): LLaDA's config.json fields,
 ``model.transformer.*`` keys and a ``tokenizer.json`` fast tokenizer with ``auto_map`` in
 config.json; Dream's Qwen2 config fields (``model_type "Dream"``), ``model.layers.*`` keys with
 q/k/v biases, and a byte-level BPE given only as vocab.json + merges.txt + a tokenizer_config.json

@@ -1,28 +1,44 @@
-"""Shared fixtures: the repository, test campaigns, and a Snakemake runner."""
+"""Shared fixtures: one torch thread, test campaigns, a Snakemake runner, the trained toy, and
+the ``device`` parameter of the tests that run on every device (``--dlmpipe-device``).
+
+Helpers that are not fixtures live in tests/models.py (tiny models, decoding, hand-built
+logits), tests/workflow.py (running Snakemake, reading dry runs) and tests/checkpoints.py
+(checkpoints in the real on-disk formats).
+"""
 from __future__ import annotations
 
-import subprocess
-import sys
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-CONFIGS = Path(__file__).resolve().parent / "configs"
+from .workflow import CONFIGS, REPO, fake_finished_run, run_snakemake  # noqa: F401  (re-exported)
 
 
-def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None,
-                  check: bool = True) -> subprocess.CompletedProcess:
-    """Run this repository's workflow in ``workdir`` (its own .snakemake and results)."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
-           "--directory", str(workdir), *args]
-    if configfile is not None:
-        cmd += ["--configfile", str(configfile)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
+def pytest_addoption(parser):
+    parser.addoption("--dlmpipe-device", action="append", default=None, metavar="DEVICE",
+                     help="device the device-parametrized tests run on (repeatable); default: "
+                          "cpu, and cuda where available (benchmarks/device_check.py: cuda)")
+
+
+def pytest_generate_tests(metafunc):
+    """Tests taking ``device`` run once per selected device."""
+    if "device" in metafunc.fixturenames:
+        devices = metafunc.config.getoption("dlmpipe_device") or (
+            ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+        metafunc.parametrize("device", devices)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one thread is fastest, and immune to a busy machine's oversubscription."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +60,45 @@ def write_config():
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
     return write
+
+
+@pytest.fixture(scope="session")
+def toy_checkpoint(tmp_path_factory) -> Path:
+    """The toy backbone trained briefly (40 steps), saved in LLaDA's format; once per session."""
+    from .models import toy_checkpoint_dir
+
+    return toy_checkpoint_dir(tmp_path_factory.mktemp("toy"))
+
+
+@pytest.fixture(scope="session")
+def toy_backbone(toy_checkpoint):
+    """The session's toy checkpoint, loaded."""
+    from dlmpipe.backbones import load_backbone
+
+    return load_backbone(toy_checkpoint)
+
+
+def _real_commands_available() -> bool:
+    if os.environ.get("DLMPIPE_DAG_TOUCH") == "1":
+        return False
+    return all(importlib.util.find_spec(m) is not None
+               for m in ("dlmpipe.generate", "dlmpipe.scoring.score"))
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """A workdir holding a finished run of the tiny campaign, shared by the tests that read one
+    (they must not change its outputs): real (trained and decoded in seconds) when the generate
+    and score commands are importable, otherwise ``fake_finished_run``. ``DLMPIPE_DAG_TOUCH=1``
+    forces the fake."""
+    workdir = tmp_path_factory.mktemp("finished")
+    config = CONFIGS / "tiny.yaml"
+    if _real_commands_available():
+        run_snakemake(workdir, "--cores", "2", configfile=config)
+        assert (workdir / "results" / "summary.csv").is_file()
+        assert list((workdir / "results" / "plots").glob("pareto_*.png"))
+    else:
+        fake_finished_run(workdir, config)
+    proc = run_snakemake(workdir, "-n", configfile=config)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    return workdir

@@ -1,42 +1,20 @@
-"""dLLM-Cache (METHODS.md §2.4) on the selective-update mechanism: exactness at K_p = K_r = 1,
-the refresh schedule, and the partial update (V of every response row, K of the selected)."""
+"""dLLM-Cache (docs/METHODS.md §2.4) on the selective-update mechanism: the refresh schedule and
+the partial update (V of every response row, K of the selected); exactness at K_p = K_r = 1 is a
+row of tests/test_exactness.py."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from dlmpipe.engine.dllm_cache import DLLMCache
-from dlmpipe.generate import decode
-from dlmpipe.methods import build_method
-from tests.tiny_models import MASK_ID, random_prompt, tiny_backbone
+from dlmpipe.methods import build_cache
 
-FAMILIES = ["llada", "dream"]
+from .models import FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbone
+
 SAMPLER = {"name": "llada_confidence", "block_length": 8, "steps": 16}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _run(model, cache: dict, prompt, sampler=SAMPLER):
-    s, c = build_method({"sampler": sampler, "cache": cache}, model)
-    return decode(model, s, c, prompt, 16)
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("rho", [0.25, 1.0])
-def test_refresh_every_step_equals_full_recompute(family, rho):
-    model = tiny_backbone(family, seed=1, n_layers=4)
-    for p_len in (5, 20):
-        prompt = random_prompt(p_len, 1)
-        ref = _run(model, {"name": "none"}, prompt)
-        got = _run(model, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": rho}, prompt)
-        assert torch.equal(got.response, ref.response)
-        assert got.stats["nfe"] == 16 and got.stats["refreshes"] == 15 and got.stats["cached_forwards"] == 0
+    return decode_method(model, sampler, cache, prompt, 16)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -63,20 +41,20 @@ def test_partial_update_replaces_every_value_and_only_selected_keys(family):
     model = tiny_backbone(family, seed=4, n_layers=3)
     P, G = 12, 8
     x = torch.cat([random_prompt(P, 4), torch.full((G,), MASK_ID)])
-    cache = DLLMCache(model, K_p=50, K_r=50, rho=0.25)
+    cache = build_cache({"name": "dllm_cache", "K_p": 50, "K_r": 50, "rho": 0.25}, model)
     cache.begin(x, P)
     cache.response_logits(x, (0, G))
-    keys, values = cache.keys.clone(), cache.values.clone()
+    keys, values = cache.kv.keys.clone(), cache.kv.values.clone()
     x[P + 2], x[P + 5] = 7, 9
     cache.response_logits(x, (0, G))
     f = model.first_logit_row(P)
     forced = P - f
     assert cache.budgets == [G + forced] + [2 + forced] * 2  # floor(8 * 0.25) = 2
-    keys_changed = (cache.keys[1:, 0, 0, f:] != keys[1:, 0, 0, f:]).any(-1).sum(-1)
-    values_changed = (cache.values[1:, 0, 0, f:] != values[1:, 0, 0, f:]).any(-1).sum(-1)
+    keys_changed = (cache.kv.keys[1:, 0, 0, f:] != keys[1:, 0, 0, f:]).any(-1).sum(-1)
+    values_changed = (cache.kv.values[1:, 0, 0, f:] != values[1:, 0, 0, f:]).any(-1).sum(-1)
     assert keys_changed.tolist() == [2 + forced] * 2
     assert values_changed.tolist() == [G + forced] * 2
-    assert torch.equal(cache.keys[:, :, :, :f], keys[:, :, :, :f])  # prompt cached (no K_p step)
+    assert torch.equal(cache.kv.keys[:, :, :, :f], keys[:, :, :, :f])  # prompt cached (no K_p step)
 
 
 def test_prompt_refresh_without_response_refresh_recomputes_the_prompt_rows():
@@ -85,14 +63,14 @@ def test_prompt_refresh_without_response_refresh_recomputes_the_prompt_rows():
     model = tiny_backbone("llada", seed=5, n_layers=3)
     P, G = 10, 8
     x = torch.cat([random_prompt(P, 5), torch.full((G,), MASK_ID)])
-    cache = DLLMCache(model, K_p=1, K_r=50, rho=0.25)
+    cache = build_cache({"name": "dllm_cache", "K_p": 1, "K_r": 50, "rho": 0.25}, model)
     cache.begin(x, P)
     cache.response_logits(x, (0, G))
-    keys = cache.keys.clone()
+    keys = cache.kv.keys.clone()
     x[P + 1] = 3
     cache.response_logits(x, (0, G))
     assert cache.stats.refreshes == 1 and cache.response_refreshes == 0
-    assert (cache.keys[1:, 0, 0, :P] != keys[1:, 0, 0, :P]).any(-1).all()  # every prompt row fresh
+    assert (cache.kv.keys[1:, 0, 0, :P] != keys[1:, 0, 0, :P]).any(-1).all()  # every prompt row fresh
     assert cache.extra_stats()["recompute_fraction_per_layer"][1] == pytest.approx((8 + 2) / 16)
 
 
@@ -100,4 +78,4 @@ def test_bad_parameters_are_rejected():
     model = tiny_backbone("llada", seed=6)
     for kwargs in ({"K_p": 0}, {"K_r": 1.5}, {"rho": 1.2}):
         with pytest.raises(ValueError):
-            DLLMCache(model, **kwargs)
+            build_cache({"name": "dllm_cache", **kwargs}, model)

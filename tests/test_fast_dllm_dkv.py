@@ -1,69 +1,27 @@
-"""Fast-dLLM prefix/dual caches and dKV-Cache decode/greedy (METHODS.md §2.5, §2.6): exactness at
-the degenerate settings, exact cached paths on an unchanged state, the rows each step
-recomputes, block handling, and the config-time refusal of rollback samplers."""
+"""Fast-dLLM prefix/dual caches and dKV-Cache decode/greedy (docs/METHODS.md §2.5, §2.6): exact
+cached paths on an unchanged state, the rows each step recomputes, block handling, and the
+config-time refusal of rollback samplers (their degenerate settings: tests/test_exactness.py)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from dlmpipe import campaign as cp
 from dlmpipe.campaign import Campaign, ConfigError
-from dlmpipe.engine.dkv import DKVDecodeCache, DKVGreedyCache
-from dlmpipe.engine.fast_dllm import FastDLLMDualCache, FastDLLMPrefixCache
-from dlmpipe.generate import decode
-from dlmpipe.methods import CACHES, SAMPLERS, build_method, check_pairing
-from tests.tiny_models import MASK_ID, random_prompt, tiny_backbone
+from dlmpipe.methods import build_cache
 
-FAMILIES = ["llada", "dream"]
+from .models import FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbone
+
 G = 16
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: extra threads cost more than they save (and oversubscribe a shared box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _run(model, sampler, cache, prompt, seed=0):
-    s, c = build_method({"sampler": sampler, "cache": cache}, model)
-    return decode(model, s, c, prompt, G, torch.Generator().manual_seed(seed))
-
-
-# ---- degenerate settings equal full recompute, token for token --------------------------------
-DEGENERATE = [
-    ({"name": "llada_confidence"}, {"name": "fast_dllm_prefix", "refresh_interval": 1}),
-    ({"name": "llada_confidence"}, {"name": "fast_dllm_dual", "refresh_interval": 1}),
-    ({"name": "threshold", "tau": 0.3, "block_length": None},
-     {"name": "fast_dllm_prefix", "refresh_interval": 1}),
-    ({"name": "threshold", "tau": 0.3, "block_length": None},
-     {"name": "fast_dllm_dual", "refresh_interval": 1}),
-    ({"name": "llada_confidence", "block_length": 8}, {"name": "dkv_decode", "refresh_interval": 1}),
-    ({"name": "random_order", "block_length": 8}, {"name": "dkv_greedy", "refresh_interval": 1, "window": 2}),
-    ({"name": "factor", "f": 1.0, "block_length": 8}, {"name": "dkv_greedy", "refresh_interval": 1}),
-]
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("sampler,cache", DEGENERATE,
-                         ids=[f"{s['name']}+{c['name']}" for s, c in DEGENERATE])
-def test_degenerate_setting_equals_full_recompute(family, sampler, cache):
-    model = tiny_backbone(family, seed=11)
-    for i, p_len in enumerate((5, 13)):
-        prompt = random_prompt(p_len, 20 + i)
-        ref = _run(model, sampler, {"name": "none"}, prompt)
-        got = _run(model, sampler, cache, prompt)
-        assert torch.equal(got.response, ref.response)
-        assert got.stats["steps"] == ref.stats["steps"] == got.stats["nfe"]
-        assert got.stats["cached_forwards"] == 0 and got.stats["refreshes"] == got.stats["nfe"] - 1
+    return decode_method(model, sampler, cache, prompt, G, seed=seed)
 
 
 # ---- the cached paths are exact when nothing changed since the full forward -------------------
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("cls", [FastDLLMPrefixCache, FastDLLMDualCache, DKVDecodeCache, DKVGreedyCache])
-def test_cached_forward_on_an_unchanged_state_equals_the_full_forward(family, cls):
+@pytest.mark.parametrize("name", ["fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy"])
+def test_cached_forward_on_an_unchanged_state_equals_the_full_forward(family, name):
     model = tiny_backbone(family, seed=4)
     P = 20
     for block in ((0, 8), (8, 16)):  # Dream: the row before the block is P-1, then P+7
@@ -71,7 +29,7 @@ def test_cached_forward_on_an_unchanged_state_equals_the_full_forward(family, cl
         x[P:P + block[0]] = torch.arange(3, 3 + block[0])  # earlier blocks decoded
         x[P + block[0] + 2] = 5                            # one visible token in the block
         exact = model.shift(model(x[None]))[0, P:]
-        cache = cls(model, refresh_interval=100)
+        cache = build_cache({"name": name, "refresh_interval": 100}, model)
         cache.begin(x, P)
         for _ in range(3):  # dKV: steps 0 and 1 are full; Fast-dLLM: only the block's first
             logits = cache.response_logits(x, block)
@@ -79,7 +37,7 @@ def test_cached_forward_on_an_unchanged_state_equals_the_full_forward(family, cl
         served = ~torch.isnan(logits[:, 0])
         expected = torch.zeros(G, dtype=torch.bool)
         expected[block[0]:block[1]] = True
-        if cls in (DKVDecodeCache, DKVGreedyCache):  # masked rows of the block only
+        if name.startswith("dkv"):  # masked rows of the block only
             expected[block[0] + 2] = False
         assert torch.equal(served, expected)
         torch.testing.assert_close(logits[served], exact[served], rtol=1e-5, atol=1e-5)
@@ -102,9 +60,9 @@ def _recorded_rows(cache):
 def test_fast_dllm_recomputes_the_block_and_later_rows_or_the_block_only(family):
     model = tiny_backbone(family, seed=5)
     P, shift = 6, 1 if family == "dream" else 0
-    for cls, stop in ((FastDLLMPrefixCache, P + G), (FastDLLMDualCache, P + 8)):
+    for name, stop in (("fast_dllm_prefix", P + G), ("fast_dllm_dual", P + 8)):
         x = torch.cat([random_prompt(P, 5), torch.full((G,), MASK_ID)])
-        cache = cls(model)
+        cache = build_cache({"name": name}, model)
         rows = _recorded_rows(cache)
         cache.begin(x, P)
         cache.response_logits(x, (0, 8))    # block start: full
@@ -138,7 +96,7 @@ def test_dkv_decode_delays_caching_by_one_step(family):
     model = tiny_backbone(family, seed=7)
     P, shift = 6, 1 if family == "dream" else 0
     x = torch.cat([random_prompt(P, 7), torch.full((G,), MASK_ID)])
-    cache = DKVDecodeCache(model, refresh_interval=4)
+    cache = build_cache({"name": "dkv_decode", "refresh_interval": 4}, model)
     rows = _recorded_rows(cache)
     cache.begin(x, P)
     decoded_by_step = [[3, 9], [0, 15], [4, 5], [10], [1]]
@@ -160,7 +118,7 @@ def test_dkv_greedy_recomputes_decoded_due_and_masked_neighbours_only():
     model = tiny_backbone("llada", seed=8)
     P = 4
     x = torch.cat([random_prompt(P, 8), torch.full((G,), MASK_ID)])
-    cache = DKVGreedyCache(model, refresh_interval=4, window=1)
+    cache = build_cache({"name": "dkv_greedy", "refresh_interval": 4, "window": 1}, model)
     rows = _recorded_rows(cache)
     cache.begin(x, P)
     cache.note_due_positions(torch.tensor([5]))
@@ -187,17 +145,7 @@ def test_dkv_greedy_without_due_positions_serves_every_masked_row_of_the_block()
     assert (r.response != MASK_ID).all() and r.stats["query_row_fraction"] < 1
 
 
-# ---- pairing: refused before any job runs ------------------------------------------------------
-@pytest.mark.parametrize("cache", ["fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy"])
-def test_rollback_sampler_is_refused(cache):
-    with pytest.raises(ValueError, match=f"cache '{cache}' cannot serve sampler 'saber'"):
-        check_pairing("saber", cache)
-    problem = cp.pairing_problem({"sampler": {"name": "saber"}, "cache": {"name": cache}})
-    assert f"cache '{cache}'" in problem and "sampler 'saber' reads every response row" in problem
-    for sampler in ("llada_confidence", "threshold", "factor", "random_order"):
-        check_pairing(sampler, cache)
-
-
+# ---- pairing: refused before any job runs (every pair: tests/test_exactness.py) ----------------
 def test_config_rejects_dkv_with_saber_naming_the_key(tiny_config):
     tiny_config["methods"]["dkv-saber"] = {"sampler": {"name": "saber"},
                                            "cache": {"name": "dkv_decode"}}
@@ -208,22 +156,12 @@ def test_config_rejects_dkv_with_saber_naming_the_key(tiny_config):
         "current block; sampler 'saber' reads every response row (visible ones too) at every step"]
 
 
-def test_pairing_table_and_registry_agree_on_every_pair():
-    for s in SAMPLERS:
-        for c in CACHES:
-            try:
-                check_pairing(s, c)
-                refused = False
-            except ValueError:
-                refused = True
-            problem = cp.pairing_problem({"sampler": {"name": s}, "cache": {"name": c}})
-            assert refused == (problem is not None), (s, c)
-
-
 def test_new_methods_are_in_the_default_campaign_with_valid_blocks():
-    from tests.conftest import REPO
+    from dlmpipe.campaign import load_campaign
 
-    c = cp.load_campaign([REPO / "config.yaml"])
+    from .workflow import REPO
+
+    c = load_campaign([REPO / "config.yaml"])
     for name in ("fast-dllm-prefix", "fast-dllm-dual", "fast-dllm-parallel",
                  "fast-dllm-dual-parallel", "dkv-decode", "dkv-greedy", "llada-confidence"):
         assert name in c.methods

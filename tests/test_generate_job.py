@@ -12,7 +12,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.toy_checkpoint import toy_checkpoint_dir
+from dlmpipe.backbones.loading import load_backbone
+from dlmpipe.generate import cut_at_stop, encode_prompt
+from dlmpipe.tasks import read_task_table
 
 METHOD = {"name": "llada-confidence", "gen_length": 32,
           "sampler": {"name": "llada_confidence", "block_length": 16, "steps": 32, "temperature": 0.0},
@@ -20,9 +22,9 @@ METHOD = {"name": "llada-confidence", "gen_length": 32,
 
 
 @pytest.fixture(scope="module")
-def job_inputs(tmp_path_factory):
+def job_inputs(tmp_path_factory, toy_checkpoint):
     root = tmp_path_factory.mktemp("gen")
-    ckpt = toy_checkpoint_dir(root)
+    ckpt = toy_checkpoint
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     run = lambda *a: subprocess.run([sys.executable, "-m", "dlmpipe", *a], check=True, env=env,  # noqa: E731
                                     capture_output=True, text=True)
@@ -39,22 +41,42 @@ def _cmd(root: Path, out: Path, method=METHOD) -> list[str]:
             "--seed", "3", "--device", "cpu", "--config-hash", "abc"]
 
 
-def test_generation_rows_and_provenance(job_inputs):
+def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
     root, env = job_inputs
     out = root / "ref.parquet"
     subprocess.run(_cmd(root, out), check=True, env=env, capture_output=True)
     rows = pq.read_table(out).to_pylist()
     assert [r["sample_index"] for r in rows] == list(range(16))
+    loaded = load_backbone(toy_checkpoint, device="cpu")
+    stops = loaded.model.cfg.stop_ids + [loaded.model.cfg.pad_id]
+    tasks = read_task_table(str(root / "toy_code.parquet"))
     for r in rows:
         assert len(r["token_ids"]) == 32
         assert r["steps"] == r["nfe"] == 32 and r["cached_forwards"] == 0
         assert r["time_s"] > 0 and r["device"].startswith("cpu")
         assert json.loads(r["params"])["sampler"]["block_length"] == 16
         assert r["method"] == "llada-confidence" and r["task_id"] == f"toy_code/{r['sample_index']}"
+        # measurements: tokens before the first stop/pad, TPS x time = that length, TTFT inside
+        assert r["generated_length"] == len(cut_at_stop(r["token_ids"], stops))
+        assert r["tps"] * r["time_s"] == pytest.approx(r["generated_length"])
+        assert 0 < r["ttft_s"] <= r["time_s"]
+        prompt = encode_prompt(loaded, tasks[r["sample_index"]], chat=False)
+        assert r["prompt_length"] == len(prompt) > 0
+    assert any(r["generated_length"] < 32 for r in rows), "some sample should stop early"
     prov = json.loads(out.with_suffix(".provenance.json").read_text())
     assert prov["seed"] == 3 and prov["config_hash"] == "abc" and prov["torch"]
-    assert "git_revision" in prov and prov["method"] == METHOD
+    assert "git_revision" in prov and prov["method"] == METHOD and prov["compile"] == "none"
     assert not (root / "ref.parquet.journal.jsonl").exists()
+
+
+def test_cuda_graphs_on_a_cpu_stop_the_job_before_it_decodes(job_inputs):
+    root, env = job_inputs
+    out = root / "graphs.parquet"
+    proc = subprocess.run(_cmd(root, out) + ["--compile", "cuda_graphs"], env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode != 0
+    assert "compile: cuda_graphs needs a CUDA device; the model is on cpu" in proc.stderr
+    assert not out.exists()
 
 
 def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs):

@@ -4,14 +4,20 @@ We are root on a shared machine: an escaped ``kill(-1, SIGKILL)`` or fork bomb w
 other process with it. So no hostile program runs in the pytest process's own namespaces. The
 test re-runs this file as ``--hostile-inner`` inside an outer containment it builds and verifies
 first: a fresh pids cgroup (``pids.max``) and, inside it, ``unshare --pid --fork --kill-child
---mount-proc`` (a private PID namespace whose init is the inner runner). The inner runner checks
-it is PID 1 of a namespace with no other process and a member of that cgroup before anything
-hostile runs; otherwise the test is skipped with the reason. When the inner runner exits, the
+--mount-proc --net`` (a private PID namespace whose init is the inner runner, and a private
+network namespace with only loopback, so no packet of a case that aims at a public address can
+leave the machine at any level). The inner runner checks it is PID 1 of a namespace with no other
+process, a member of that cgroup, and sees no interface but ``lo`` before anything hostile runs;
+otherwise the test is skipped with the reason. When the inner runner exits, the
 kernel kills whatever is left in its namespace, and the outer test kills anything left in the
 cgroup and fails if there was anything.
 
 Inside, every case goes through the real scorer (sandbox + driver), two at a time as in a scoring
 job, with tighter time and memory limits than the defaults to keep the suite short and gentle.
+It runs at each isolation level: bwrap; the opt-in process level with the Landlock and seccomp
+layers (skipped, with the kernel's reason, where they are unavailable); and the plain process
+level (what the process level is on a kernel with neither), against the cases each is meant to
+contain (docs/SCORING.md).
 """
 from __future__ import annotations
 
@@ -102,7 +108,14 @@ CASES = {
                      "        f.write(b'z' * (1 << 20))\n    n += 1\n" + ADD, "fail"),
 }
 
-# The weaker ``process`` level shares the host's network and filesystem view (protected by
+# The process level with Landlock and seccomp contains everything bwrap does but filling the
+# scratch directory, which lies on the host's disk (each file capped, not the total). Signals are
+# scoped to the sandbox from Landlock ABI 6 on; below that kill(-1) reaches the sandbox uid's
+# other processes (the "kill" cases then stay out).
+CONFINED_CASES = [c for c in CASES if c != "fill_scratch"]
+SCOPED_SIGNAL_CASES = ["kill_everything", "kill_by_proc_scan"]
+
+# The plain ``process`` level shares the host's network and filesystem view (protected by
 # ordinary permissions only) and its uid with other sandboxes (docs/SCORING.md): only the cases
 # it is meant to contain run there, against a host directory with the usual 0755/0644 modes.
 PROCESS_CASES = ["benign", "infinite_loop", "infinite_loop_at_import", "sleep_ignoring_alarm",
@@ -137,7 +150,9 @@ def _cgroup_pids(cg: Path) -> list[int]:
         return []
 
 
-def run_contained(mode: str, cases: list[str]) -> dict:
+def run_contained(mode: str, cases: list[str], plain: bool = False) -> dict:
+    """Run ``cases`` at level ``mode`` (DLMPIPE_SANDBOX) inside the containment; ``plain``: the
+    process level without its confinement layers."""
     if os.geteuid() != 0:
         pytest.skip("hostile suite needs root (PID namespace, pids cgroup); not contained here")
     unshare = shutil.which("unshare")
@@ -152,9 +167,10 @@ def run_contained(mode: str, cases: list[str]) -> dict:
     except OSError as e:
         pytest.skip(f"cannot create a pids cgroup under {root}: {e}")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO),
-           "DLMPIPE_SANDBOX": mode, "DLMPIPE_HOSTILE_CGROUP": cg.name, "LANG": "C.UTF-8"}
-    script = 'echo $$ > "$0/cgroup.procs" && exec "$1" --pid --fork --kill-child --mount-proc ' \
-             '"$2" "$3" ' + INNER + ' "$4"'
+           "DLMPIPE_SANDBOX": mode, "DLMPIPE_HOSTILE_CGROUP": cg.name, "LANG": "C.UTF-8",
+           "DLMPIPE_HOSTILE_PLAIN": "1" if plain else ""}
+    script = ('echo $$ > "$0/cgroup.procs" && exec "$1" --pid --fork --kill-child --mount-proc '
+              '--net "$2" "$3" ' + INNER + ' "$4"')
     cmd = ["sh", "-c", script, str(cg), unshare, sys.executable, str(HERE), json.dumps(cases)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env,
@@ -213,8 +229,27 @@ def test_hostile_programs_contained_bwrap():
 
 
 @pytest.mark.hostile
-def test_hostile_programs_contained_process_fallback():
-    report = run_contained("process", PROCESS_CASES)
+def test_hostile_programs_contained_process_landlock_seccomp():
+    from dlmpipe.scoring.confine import landlock_abi, layer_support
+
+    missing = {k: v for k, v in layer_support().items() if v}
+    if missing:
+        pytest.skip("; ".join(f"no {k}: {v}" for k, v in missing.items()))
+    cases = CONFINED_CASES
+    if landlock_abi() < 6:
+        cases = [c for c in cases if c not in SCOPED_SIGNAL_CASES]
+    report = run_contained("process", cases)
+    assert report["isolation"] == "process+landlock+seccomp"
+    check_report(report, cases)
+    statuses = {k: v["status"] for k, v in report["results"].items()}
+    for name in ("network_host_loopback", "network_internet", "network_udp",
+                 "write_outside_scratch", "write_outside_os_level", "read_home_secret"):
+        assert "PermissionError" in report["results"][name]["detail"], (name, statuses[name])
+
+
+@pytest.mark.hostile
+def test_hostile_programs_contained_process_plain():
+    report = run_contained("process", PROCESS_CASES, plain=True)
     assert report["isolation"] == "process"
     check_report(report, PROCESS_CASES)
 
@@ -223,8 +258,21 @@ def test_hostile_programs_contained_process_fallback():
 # Inner side: verify the containment, set up host probes, run the cases, check the host
 
 
+def _loopback_up() -> None:
+    """Bring up ``lo`` of the private network namespace (SIOCGIFFLAGS/SIOCSIFFLAGS, IFF_UP)."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack("16sh", fcntl.ioctl(s, 0x8913, struct.pack("16sh", b"lo", 0)))[1]
+        fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", flags | 0x1))
+
+
 def _containment_problems() -> list[str]:
     problems = []
+    interfaces = [name for _, name in socket.if_nameindex()]
+    if interfaces != ["lo"]:
+        problems.append(f"not in a private network namespace (interfaces {interfaces})")
     if os.getpid() != 1:
         problems.append(f"not PID 1 of a private PID namespace (pid {os.getpid()})")
     others = [p for p in os.listdir("/proc") if p.isdigit() and p != "1"]
@@ -241,19 +289,26 @@ def _inner(cases: list[str]) -> dict:
     problems = _containment_problems()
     if problems:
         return {"skip": "; ".join(problems)}
+    _loopback_up()
     sys.path.insert(0, str(REPO))
     from concurrent.futures import ThreadPoolExecutor
 
+    import dataclasses
+
     from dlmpipe.scoring.code import Settings, program_of, run_code, verdict
-    from dlmpipe.scoring.sandbox import Limits, isolation
+    from dlmpipe.scoring.levels import isolation
+    from dlmpipe.scoring.sandbox import Limits
 
     iso = isolation()
+    if os.environ.get("DLMPIPE_HOSTILE_PLAIN"):
+        iso = dataclasses.replace(iso, level="process", layers=())
     secret_name, secret_value = "DLMPIPE_HOSTILE_SECRET", "s3cr3t-" + secrets.token_hex(8)
     os.environ[secret_name] = secret_value
     hostdir = Path(f"/tmp/dlmpipe-hostile-{secrets.token_hex(4)}")
     hostdir.mkdir()
     (hostdir / "secret.txt").write_text(secret_value)
-    if iso.level == "bwrap":  # world-writable: only the sandbox stands between it and the program
+    if iso.level == "bwrap" or "landlock" in iso.layers:
+        # world-writable: only the sandbox stands between it and the program
         os.chmod(hostdir, 0o777)
         os.chmod(hostdir / "secret.txt", 0o666)
     else:  # the process level relies on ordinary permissions (and uid 65534)

@@ -10,7 +10,8 @@ from safetensors.torch import load_file, save_file
 
 from dlmpipe.backbones import CheckpointError, load_backbone
 from dlmpipe.backbones import loading
-from dlmpipe.backbones.loading import check_checkpoint, read_safetensors_header
+from dlmpipe.backbones.loading import check_checkpoint
+from dlmpipe.backbones.weights import read_safetensors_header
 from tests.checkpoints import make_tiny_checkpoint
 
 
@@ -203,7 +204,7 @@ def no_weight_reads(monkeypatch):
     """Fail loudly if any tensor data is read: every check must happen before materializing."""
     def trap(*_a, **_k):
         raise AssertionError("weights were read before the checkpoint was validated")
-    monkeypatch.setattr(loading, "_read_tensors", trap)
+    monkeypatch.setattr(loading, "read_tensors", trap)
 
 
 @pytest.mark.parametrize("case", list(CASES))

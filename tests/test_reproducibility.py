@@ -15,7 +15,7 @@ from dlmpipe.generate import run_generation_job
 from dlmpipe.scoring.score import score_generations
 from dlmpipe.tasks import load_task, write_task_table
 
-from .conftest import CONFIGS
+from .workflow import CONFIGS
 
 
 def run_campaign(campaign: Campaign, root: Path) -> dict:
@@ -30,7 +30,7 @@ def run_campaign(campaign: Campaign, root: Path) -> dict:
         write_task_table(load_task(task, **campaign.task_options(task)), task_file)
         for name in campaign.methods:
             gen = root / "generations" / task / f"{name}.parquet"
-            run_generation_job(str(root / "manifest.json"), str(task_file), campaign.method(name, task),
+            run_generation_job(str(root / "manifest.json"), str(task_file), campaign.method(name, task, "toy"),
                                str(gen), str(gen.with_suffix(".json")), seed=seed, device="cpu")
             scores = root / "scores" / task / f"{name}.parquet"
             score_generations(gen, task_file, scores, workers=1)
@@ -54,7 +54,7 @@ def test_the_tiny_campaign_reproduces_token_for_token(tmp_path):
     for key in first:
         if key != "weights":
             assert first[key] == second[key], key
-            assert all(len(ids) == campaign.method(key[1], key[0])["gen_length"]
+            assert all(len(ids) == campaign.method(key[1], key[0], "toy")["gen_length"]
                        for ids in first[key]["token_ids"])
     # the comparison has something to compare: sampled responses differ between samples
     for task in campaign.tasks:

@@ -1,32 +1,17 @@
-"""Sampler rules on hand-built logits (METHODS.md §1.1 and §1.3)."""
+"""Sampler rules on hand-built logits (docs/METHODS.md §1.1 and §1.3)."""
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 
-from dlmpipe.samplers.llada_confidence import LLaDAConfidence, transfer_schedule
-from dlmpipe.samplers.saber import Saber, remask_count
+from dlmpipe.methods import build_sampler
+from dlmpipe.samplers.llada_confidence import transfer_schedule
+from dlmpipe.samplers.saber import remask_count
 
-V, MASK, P = 12, 11, 3
-
-
-def logits_for(tokens: list[int], probs: list[float]) -> torch.Tensor:
-    """Rows whose softmax gives ``probs[i]`` to ``tokens[i]`` (the rest spread evenly, MASK included)."""
-    rows = []
-    for t, p in zip(tokens, probs):
-        rest = (1 - p) / (V - 1)
-        row = torch.full((V,), math.log(rest), dtype=torch.float64)
-        row[t] = math.log(p)
-        rows.append(row)
-    return torch.stack(rows).float()
-
-
-def start(sampler, gen_len):
-    x = torch.cat([torch.tensor([1, 2, 3]), torch.full((gen_len,), MASK)])
-    sampler.begin(P, gen_len, MASK)
-    return x
+from .models import HAND_MASK as MASK
+from .models import HAND_PROMPT as P
+from .models import HAND_VOCAB as V
+from .models import logits_for, start
 
 
 def test_remask_count_formula():
@@ -37,7 +22,7 @@ def test_remask_count_formula():
 
 
 def test_saber_first_step_accepts_n_most_confident_then_remasks_lowest_drift():
-    s = Saber(n=2, mu=2, block_length=4)
+    s = build_sampler({"name": "saber", "n": 2, "mu": 2, "block_length": 4})
     x = start(s, 8)
     probs = [0.5, 0.9, 0.3, 0.7, 0.99, 0.99, 0.99, 0.99]  # right of the block edge ignored
     s.step(x, logits_for([4, 5, 6, 7, 8, 8, 8, 8], probs))
@@ -50,7 +35,7 @@ def test_saber_first_step_accepts_n_most_confident_then_remasks_lowest_drift():
 
 
 def test_saber_accepts_everything_above_running_mean():
-    s = Saber(n=1, mu=100, block_length=6)
+    s = build_sampler({"name": "saber", "n": 1, "mu": 100, "block_length": 6})
     x = start(s, 6)
     s.step(x, logits_for([4] * 6, [0.6, 0.1, 0.1, 0.1, 0.1, 0.1]))  # n=1: accept pos 0, acc mean 0.6
     assert x[P:].tolist()[0] == 4
@@ -62,7 +47,7 @@ def test_saber_accepts_everything_above_running_mean():
 
 
 def test_saber_n_fallback_with_fewer_candidates_than_n():
-    s = Saber(n=4, mu=2, block_length=2)
+    s = build_sampler({"name": "saber", "n": 4, "mu": 2, "block_length": 2})
     x = start(s, 4)
     s.step(x, logits_for([4, 5, 6, 7], [0.2, 0.3, 0.9, 0.9]))
     # only two uncommitted positions left of the edge; both accepted, the block is full:
@@ -74,7 +59,7 @@ def test_saber_n_fallback_with_fewer_candidates_than_n():
 
 def test_saber_never_remasks_prompt_and_finishes_every_block():
     torch.manual_seed(0)
-    s = Saber(n=2, mu=2, block_length=4)
+    s = build_sampler({"name": "saber", "n": 2, "mu": 2, "block_length": 4})
     x = start(s, 12)
     prompt = x[:P].clone()
     while not s.done:
@@ -87,7 +72,7 @@ def test_saber_never_remasks_prompt_and_finishes_every_block():
 
 
 def test_saber_excludes_mask_from_argmax():
-    s = Saber(n=1, block_length=2)
+    s = build_sampler({"name": "saber", "n": 1, "block_length": 2})
     x = start(s, 2)
     logits = torch.zeros(2, V)
     logits[:, MASK] = 10.0
@@ -102,7 +87,8 @@ def test_transfer_schedule_puts_remainder_first():
 
 
 def test_llada_confidence_unmasks_top_k_inside_block_and_never_changes_tokens():
-    s = LLaDAConfidence(block_length=4, steps=4)  # 2 blocks, 2 steps each -> 2 tokens per step
+    # 2 blocks, 2 steps each -> 2 tokens per step
+    s = build_sampler({"name": "llada_confidence", "block_length": 4, "steps": 4})
     x = start(s, 8)
     s.step(x, logits_for([4, 5, 6, 7, 8, 8, 8, 8], [0.5, 0.9, 0.3, 0.7, 0.99, 0.99, 0.99, 0.99]))
     assert x[P:].tolist() == [MASK, 5, MASK, 7] + [MASK] * 4
@@ -119,14 +105,14 @@ def test_llada_confidence_gumbel_sampling_is_seeded_float64():
     logits = torch.randn(8, V)
     outs = []
     for _ in range(2):
-        s = LLaDAConfidence(temperature=1.0)
+        s = build_sampler({"name": "llada_confidence", "temperature": 1.0})
         x = torch.cat([torch.tensor([1, 2, 3]), torch.full((8,), MASK)])
         s.begin(P, 8, MASK, torch.Generator().manual_seed(5))
         while not s.done:
             s.step(x, logits)
         outs.append(x.clone())
     assert torch.equal(outs[0], outs[1])
-    greedy = LLaDAConfidence(temperature=0.0)
+    greedy = build_sampler({"name": "llada_confidence", "temperature": 0.0})
     x = torch.cat([torch.tensor([1, 2, 3]), torch.full((8,), MASK)])
     greedy.begin(P, 8, MASK)
     while not greedy.done:
@@ -136,4 +122,4 @@ def test_llada_confidence_gumbel_sampling_is_seeded_float64():
 
 def test_block_length_must_divide_gen_length():
     with pytest.raises(ValueError, match="multiple of block_length"):
-        LLaDAConfidence(block_length=5).begin(P, 8, MASK)
+        build_sampler({"name": "llada_confidence", "block_length": 5}).begin(P, 8, MASK)

@@ -1,11 +1,15 @@
 """The sandbox holds its limits: no network, no writes outside scratch, no inherited secrets,
-hard time limits, capped output, and a pass only on the driver's explicit signal.
+hard time limits, capped output, and a pass only on the driver's explicit signal; at every
+level: bwrap, the opt-in process level with the confinement layers this kernel supports, and the
+plain process level (what that level is where the kernel has none).
 
 These programs are misbehaving but not hostile to the host (no fork bombs, no kill(-1)); the
-hostile suite (test_hostile.py) runs inside an outer PID namespace of its own.
+hostile suite (test_hostile.py) runs inside an outer PID namespace of its own. The choice of the
+level (fail closed, opt-in, retries) is tested in test_sandbox_levels.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -13,17 +17,21 @@ import time
 
 import pytest
 
-from dlmpipe.scoring import sandbox
-from dlmpipe.scoring.sandbox import Limits, isolation, run_program, run_suites
+from dlmpipe.scoring import levels as levels_module
+from dlmpipe.scoring.confine import layer_support
+from dlmpipe.scoring.levels import isolation
+from dlmpipe.scoring.sandbox import Limits, run_program, run_suites
 
-BWRAP = isolation().level == "bwrap"
+BWRAP = isolation("auto").level == "bwrap"
 needs_bwrap = pytest.mark.skipif(not BWRAP, reason="bubblewrap sandbox unavailable here")
 
 
 def levels():
-    out = [isolation()]
-    if BWRAP:
-        out.append(isolation("process"))
+    process = isolation("process")
+    out = [isolation("bwrap")] if BWRAP else []
+    out.append(process)
+    if process.layers:  # the plain level, as on a kernel without Landlock and seccomp
+        out.append(dataclasses.replace(process, level="process", layers=()))
     return out
 
 
@@ -35,7 +43,8 @@ def iso(request):
 def test_isolation_level_is_checked_and_recorded(iso):
     result = run_program("x = 1\n", iso=iso)
     assert result.passed and result.isolation == iso.level
-    assert isolation() is isolation()  # chosen once per process
+    assert isolation("auto") is isolation("auto")  # chosen once per process
+    assert iso.level == "+".join((iso.level.split("+")[0], *iso.layers))
 
 
 def test_interpreter_runs_unprivileged(iso):
@@ -61,9 +70,15 @@ def test_pass_requires_the_signal_after_the_tests(iso):
     assert r.suites["base"].status == "no-signal"
 
 
-@needs_bwrap
-def test_no_network():
-    # a server on the host's loopback is out of reach: the sandbox has its own network namespace
+def _network_blocked(iso) -> bool:
+    return iso.level == "bwrap" or bool(iso.layers)
+
+
+def test_no_network(iso):
+    if not _network_blocked(iso):
+        pytest.skip("the plain process level shares the host's network (docs/SCORING.md)")
+    # a server on the host's loopback is out of reach: bwrap has its own network namespace, the
+    # process level's seccomp filter allows no AF_INET socket and Landlock denies TCP connect
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -79,24 +94,27 @@ def test_no_network():
 
     t = threading.Thread(target=accept)
     t.start()
+    # public addresses only inside bwrap's empty network namespace: no packet can leave it
+    public = [("1.1.1.1", 53), ("8.8.8.8", 443)] if iso.level == "bwrap" else []
     program = f"""
 import socket
 errors = []
-for addr in [("127.0.0.1", {port}), ("1.1.1.1", 53), ("8.8.8.8", 443)]:
+for addr in [("127.0.0.1", {port})] + {public}:
     try:
         socket.create_connection(addr, timeout=2).close()
         errors.append("connected to %s" % (addr,))
     except OSError as e:
         pass
-names = [n for _, n in socket.if_nameindex()]
-print(names)
+if {iso.level == "bwrap"}:
+    print([n for _, n in socket.if_nameindex()])
 assert not errors, errors
 """
-    result = run_program(program)
+    result = run_program(program, iso=iso)
     t.join()
     server.close()
     assert result.passed, result
-    assert result.stdout.strip() == "['lo']"
+    if iso.level == "bwrap":
+        assert result.stdout.strip() == "['lo']"
     assert not accepted
 
 
@@ -122,7 +140,7 @@ print(len(blocked))
     assert result.passed, result
     assert not (target / "pwned.txt").exists() and not (tmp_path / "x").exists()
     assert not os.path.exists("/usr/pwned.txt")
-    if iso.level == "bwrap":
+    if iso.level == "bwrap" or "landlock" in iso.layers:  # not just ordinary permissions
         assert result.stdout.strip() == "3"
 
 
@@ -140,8 +158,52 @@ import os
 print(os.path.exists("/work"), os.path.exists("/root"), os.path.exists("/etc/shadow"),
       os.path.expanduser("~"), os.getcwd())
 """
-    result = run_program(program)
+    result = run_program(program, iso=isolation("bwrap"))
     assert result.stdout.split() == ["False", "False", "False", "/tmp", "/tmp"]
+
+
+def test_landlock_limits_reads_to_bwraps_view(tmp_path):
+    iso = isolation("process")
+    if "landlock" not in iso.layers:
+        pytest.skip(f"no Landlock here: {layer_support()['landlock']}")
+    os.chmod(tmp_path, 0o755)
+    (tmp_path / "secret.txt").write_text("hunter2")
+    os.chmod(tmp_path / "secret.txt", 0o644)  # readable by anyone: only Landlock stops the read
+    program = f"""
+import os
+denied = []
+for read in [lambda: open({str(tmp_path / 'secret.txt')!r}).read(), lambda: os.listdir("/etc"),
+             lambda: os.listdir("/proc"), lambda: open("/etc/hostname").read()]:
+    try:
+        read()
+    except PermissionError:
+        denied.append(1)
+import json, textwrap  # the standard library under /usr stays readable
+print(len(denied))
+"""
+    result = run_program(program, iso=iso)
+    assert result.passed, result
+    assert result.stdout.strip() == "4" and "hunter2" not in result.stdout
+
+
+def test_seccomp_keeps_every_child_in_the_killed_process_group():
+    iso = isolation("process")
+    if "seccomp" not in iso.layers:
+        pytest.skip(f"no seccomp here: {layer_support()['seccomp']}")
+    program = """
+import os, subprocess
+denied = []
+for call in (os.setsid, lambda: os.setpgid(0, 0),
+             lambda: subprocess.run(["true"], start_new_session=True)):
+    try:
+        call()
+    except PermissionError:
+        denied.append(1)
+print(len(denied))
+"""
+    result = run_program(program, iso=iso)
+    assert result.passed, result
+    assert result.stdout.strip() == "3"
 
 
 def test_time_limits(iso):
@@ -177,7 +239,6 @@ def test_memory_limit(iso):
 
 
 def test_forced_bwrap_fails_closed(monkeypatch):
-    monkeypatch.setattr(sandbox, "_tool", lambda name: None)
-    sandbox._cache.pop("bwrap", None)
-    with pytest.raises(sandbox.SandboxUnavailable):
-        sandbox._choose("bwrap")
+    monkeypatch.setattr(levels_module, "_tool", lambda name: None)
+    with pytest.raises(levels_module.SandboxUnavailable):
+        levels_module._choose("bwrap")

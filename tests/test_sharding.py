@@ -23,8 +23,7 @@ import yaml
 from dlmpipe.campaign import Campaign
 from dlmpipe.shards import merge_shards, shard_range
 
-from .conftest import CONFIGS, REPO
-from .test_workflow_dag import expected_counts, job_counts, scheduled
+from .workflow import CONFIGS, REPO, expected_counts, fake_finished_run, job_counts, scheduled
 
 # ---- the merge ----------------------------------------------------------------------------------
 ROW_SCHEMA = pa.schema([("sample_index", pa.int64()), ("task_id", pa.string()),
@@ -177,25 +176,10 @@ def test_one_shard_keeps_todays_dag(tmp_path, snakemake):
     assert "--shard" not in proc.stdout and ".shards/" not in proc.stdout
 
 
-def _fake_finished_run(workdir: Path, snakemake, config: Path) -> None:
-    """Every output created empty, then the metadata a real run records (params included)."""
-    summary = snakemake(workdir, "--summary", configfile=config).stdout
-    for line in summary.splitlines()[1:]:
-        path, rule = line.split("\t")[0], line.split("\t")[2]
-        if rule in ("train_toy", "plot"):
-            (workdir / path).mkdir(parents=True, exist_ok=True)
-        else:
-            (workdir / path).parent.mkdir(parents=True, exist_ok=True)
-            (workdir / path).touch()
-    snakemake(workdir, "--touch", "--forceall", "--cores", "1", configfile=config)
-    proc = snakemake(workdir, "-n", configfile=config)
-    assert "Nothing to be done" in proc.stdout + proc.stderr
-
-
 def test_sharded_reruns_follow_the_config(tmp_path, snakemake, tiny_config, write_config):
     tiny_config["shards"] = 2
     config = write_config(tiny_config, tmp_path / "sharded.yaml")
-    _fake_finished_run(tmp_path, snakemake, config)
+    fake_finished_run(tmp_path, config)
 
     changed = yaml.safe_load(config.read_text())
     changed["methods"]["llada-confidence"]["sampler"]["steps"] = 4
@@ -203,7 +187,7 @@ def test_sharded_reruns_follow_the_config(tmp_path, snakemake, tiny_config, writ
     tasks = ("toy_code", "toy_arith")
     want = {(rule, "toy", t, "llada-confidence") for t in tasks
             for rule in ("generate", "merge_generations", "score")}
-    assert jobs == want | {("summarize", None, None, None), ("plot", None, None, None)}
+    assert jobs == want | {(rule, None, None, None) for rule in ("summarize", "plot", "plot_sweeps", "tables")}
 
     # another shard layout decodes again (its files are other files)
     changed = {**tiny_config, "shards": 3}

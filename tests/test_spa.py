@@ -1,4 +1,4 @@
-"""SPA-Cache (METHODS.md §2.3): exactness at the degenerate settings, the selective step, the
+"""SPA-Cache (docs/METHODS.md §2.3): the selective step, exactness over a stale prompt, the
 singular proxies and their file, the layer budget rho(l), and the svd rule in the workflow."""
 from __future__ import annotations
 
@@ -10,51 +10,25 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from dlmpipe.engine.archer import ArcherCache
-from dlmpipe.engine.proxies import load_proxies, proxies_from_model, write_proxies
-from dlmpipe.engine.spa import PROFILES, SPACache, layer_budgets, split_gaussian
-from dlmpipe.generate import decode
-from dlmpipe.methods import build_method
-from tests.tiny_models import MASK_ID, random_prompt, tiny_backbone
+from dlmpipe.engine.proxies import load_proxies, proxies_from_model
+from dlmpipe.engine.spa import PROFILES, layer_budgets, split_gaussian
+from dlmpipe.methods import build_cache
 
-from .conftest import CONFIGS
+from .models import FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbone
+from .workflow import CONFIGS, fake_finished_run, scheduled
 
-FAMILIES = ["llada", "dream"]
 SAMPLER = {"name": "llada_confidence", "block_length": 8, "steps": 16}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matrices: one thread is fastest, and immune to a busy machine's oversubscription."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _run(model, cache: dict, prompt, sampler=SAMPLER, gen_len=16):
-    s, c = build_method({"sampler": sampler, "cache": cache}, model)
-    return decode(model, s, c, prompt, gen_len)
+    return decode_method(model, sampler, cache, prompt, gen_len)
 
 
 def _spa(**params) -> dict:
     return {"name": "spa", "rank": 16, **params}
 
 
-# ---- exactness ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("kv_update", ["sparse", "dense"])
-def test_budget_one_with_refresh_every_step_equals_full_recompute(family, kv_update):
-    model = tiny_backbone(family, seed=1, n_layers=4)
-    for p_len in (5, 20):
-        prompt = random_prompt(p_len, 1)
-        ref = _run(model, {"name": "none"}, prompt)
-        got = _run(model, _spa(budget="uniform", rho=1.0, refresh_steps=1, kv_update=kv_update), prompt)
-        assert torch.equal(got.response, ref.response)
-        assert got.stats["nfe"] == ref.stats["nfe"] == 16
-        assert got.stats["recompute_fraction"] == 1.0
-
-
+# ---- exactness (budget 1 with a refresh every step: tests/test_exactness.py) -------------------
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("kv_update", ["sparse", "dense"])
 def test_budget_one_over_a_stale_prompt_equals_archer_k_inf(family, kv_update):
@@ -79,8 +53,8 @@ def test_unchanged_sequence_at_any_budget_gives_the_full_forward_logits(family, 
     x[24], x[29] = 5, 7
     reference = model.shift(model(x[None]))[0, 20:]
     for budget in ({"budget": "uniform", "rho": 0.0}, {"budget": "uniform", "rho": 0.3}, {"budget": "adaptive"}):
-        cache = SPACache(model, identifier=identifier, rank=8, refresh_steps=None, refresh_gen_steps=None,
-                         **budget)
+        cache = build_cache({"name": "spa", "identifier": identifier, "rank": 8, "refresh_steps": None,
+                             "refresh_gen_steps": None, **budget}, model)
         cache.begin(x, 20)
         torch.testing.assert_close(cache.response_logits(x, (0, 12)), reference, rtol=0, atol=0)
         for _ in range(2):
@@ -93,22 +67,23 @@ def test_a_sparse_step_recomputes_the_budget_and_never_the_prompt(family):
     model = tiny_backbone(family, seed=4, n_layers=4)
     P, G = 20, 16
     x = torch.cat([random_prompt(P, 4), torch.full((G,), MASK_ID)])
-    cache = SPACache(model, rank=16, budget="uniform", rho=0.25, refresh_steps=None, refresh_gen_steps=None)
+    cache = build_cache({"name": "spa", "rank": 16, "budget": "uniform", "rho": 0.25, "refresh_steps": None,
+                         "refresh_gen_steps": None}, model)
     cache.begin(x, P)
     cache.response_logits(x, (0, G))
     f = model.first_logit_row(P)
-    keys, values, delta = cache.keys.clone(), cache.values.clone(), cache.delta
-    pointers = (cache.keys.data_ptr(), cache.values.data_ptr(), delta.data_ptr())
+    keys, values, delta = cache.kv.keys.clone(), cache.kv.values.clone(), cache.delta
+    pointers = (cache.kv.keys.data_ptr(), cache.kv.values.data_ptr(), delta.data_ptr())
     x[P + 3], x[P + 9] = 5, 6
     cache.response_logits(x, (0, G))
-    assert (cache.keys.data_ptr(), cache.values.data_ptr(), cache.delta.data_ptr()) == pointers  # in place
+    assert (cache.kv.keys.data_ptr(), cache.kv.values.data_ptr(), cache.delta.data_ptr()) == pointers  # in place
     # prompt K/V are never selectively updated (Dream's last prompt row is a response logit row)
-    assert torch.equal(cache.keys[:, :, :, :f], keys[:, :, :, :f])
-    assert torch.equal(cache.values[:, :, :, :f], values[:, :, :, :f])
+    assert torch.equal(cache.kv.keys[:, :, :, :f], keys[:, :, :, :f])
+    assert torch.equal(cache.kv.values[:, :, :, :f], values[:, :, :, :f])
     # layer 0 dense; layers >= 1: int(0.25 * 16) = 4 rows (+ Dream's forced last prompt row)
     forced = P - f
     assert cache.budgets == [G + forced] + [4 + forced] * 3
-    changed = (cache.keys[1:, 0, 0, f:] != keys[1:, 0, 0, f:]).any(-1).sum(-1)  # rows per layer
+    changed = (cache.kv.keys[1:, 0, 0, f:] != keys[1:, 0, 0, f:]).any(-1).sum(-1)  # rows per layer
     assert changed.tolist() == [4 + forced] * 3
     per_layer = cache.extra_stats()["recompute_fraction_per_layer"]
     R = G + forced
@@ -119,16 +94,16 @@ def test_dense_kv_update_rewrites_every_response_row():
     model = tiny_backbone("llada", seed=5, n_layers=3)
     P, G = 12, 8
     x = torch.cat([random_prompt(P, 5), torch.full((G,), MASK_ID)])
-    cache = SPACache(model, rank=8, budget="uniform", rho=0.25, kv_update="dense", refresh_steps=None,
-                     refresh_gen_steps=None)
+    cache = build_cache({"name": "spa", "rank": 8, "budget": "uniform", "rho": 0.25, "kv_update": "dense",
+                         "refresh_steps": None, "refresh_gen_steps": None}, model)
     cache.begin(x, P)
     cache.response_logits(x, (0, G))
-    before = cache.keys.clone()
+    before = cache.kv.keys.clone()
     x[P + 1] = 9
     cache.response_logits(x, (0, G))
-    changed = (cache.keys[1:, 0, 0, P:] != before[1:, 0, 0, P:]).any(-1).sum(-1)
+    changed = (cache.kv.keys[1:, 0, 0, P:] != before[1:, 0, 0, P:]).any(-1).sum(-1)
     assert changed.tolist() == [G, G]
-    assert torch.equal(cache.keys[:, :, :, :P], before[:, :, :, :P])
+    assert torch.equal(cache.kv.keys[:, :, :, :P], before[:, :, :, :P])
 
 
 def test_refresh_schedule_and_stats():
@@ -177,8 +152,8 @@ def test_full_rank_singular_proxy_ranks_tokens_like_the_value_vectors(family):
 def test_rank_larger_than_stored_is_a_clear_error(tmp_path):
     model = tiny_backbone("dream", seed=9, d_model=64, n_heads=4, n_kv_heads=2)  # n_kv*hd = 32
     with pytest.raises(ValueError, match=r"proxy rank 33 exceeds the rank 32 stored in .*choose rank <= 32"):
-        SPACache(model, rank=33)
-    SPACache(model, rank=32)  # full rank is fine
+        build_cache({"name": "spa", "rank": 33}, model)
+    build_cache({"name": "spa", "rank": 32}, model)  # full rank is fine
 
 
 def test_svd_job_writes_a_file_that_reconstructs_the_value_projection(tmp_path):
@@ -206,9 +181,9 @@ def test_svd_job_writes_a_file_that_reconstructs_the_value_projection(tmp_path):
     with pytest.raises(ValueError, match="fingerprint"):
         load_proxies(out, fingerprint="0123")
     # the cache reads the file; a rank beyond it fails when the job builds the method
-    SPACache(model, rank=8, proxies=str(out))
+    build_cache({"name": "spa", "rank": 8}, model, artifacts={"proxies": str(out)})
     with pytest.raises(ValueError, match="exceeds the rank"):
-        SPACache(model, rank=prox.stored_rank + 1, proxies=str(out))
+        build_cache({"name": "spa", "rank": prox.stored_rank + 1}, model, artifacts={"proxies": str(out)})
 
 
 # ---- the layer budget rho(l) -------------------------------------------------------------------------
@@ -237,23 +212,23 @@ def test_other_profiles_floor_scale_and_peak():
     assert dream["rho_1"] == pytest.approx(0.05 / 1.2) and dream["rho_L"] == pytest.approx(0.25 / 1.2)
     d = layer_budgets(28, "dream-7b")
     assert d[14] == pytest.approx(0.25) and d[0] == pytest.approx(0.05 / 1.2)
-    plain, floored = layer_budgets(32), layer_budgets(32, left_floor=0.0625)
+    plain, floored = layer_budgets(32, "llada-8b-instruct"), layer_budgets(32, "llada-8b-instruct", left_floor=0.0625)
     for i, (a, b) in enumerate(zip(plain, floored)):
         assert b == (max(a, 0.0625) if i / 32 < 0.75 else a)
     assert floored[0] == 0.0625
-    doubled = layer_budgets(32, scale=2.0)
+    doubled = layer_budgets(32, "llada-8b-instruct", scale=2.0)
     assert doubled == pytest.approx([2 * r for r in plain])
-    assert layer_budgets(32, rho_p=0.5) == pytest.approx(doubled)
-    assert max(layer_budgets(32, scale=10.0)) == 1.0  # clipped
+    assert layer_budgets(32, "llada-8b-instruct", rho_p=0.5) == pytest.approx(doubled)
+    assert max(layer_budgets(32, "llada-8b-instruct", scale=10.0)) == 1.0  # clipped
     for t in (0.0, 0.3, 0.75, 0.9):  # the formula, checked independently
         assert split_gaussian(t, 0.75, 0.25, 0.03, 0.13) == pytest.approx(_reference_rho(t, 0.75, 0.25, 0.03, 0.13))
 
 
 def test_cache_budgets_follow_the_profile():
     model = tiny_backbone("llada", seed=10, n_layers=4)
-    cache = SPACache(model, rank=8)
+    cache = build_cache({"name": "spa", "rank": 8}, model)
     cache.begin(torch.cat([random_prompt(8, 0), torch.full((100,), MASK_ID)]), 8)
-    rho = layer_budgets(4)
+    rho = layer_budgets(4, "llada-8b-instruct")
     assert cache.budgets == [100] + [int(r * 100 + 1e-9) for r in rho[1:]]
 
 
@@ -263,7 +238,7 @@ def test_bad_parameters_are_rejected():
                         ({"budget": "gaussian"}, "budget"), ({"profile": "llama"}, "profile"),
                         ({"rho": 1.5}, "rho"), ({"refresh_steps": 0}, "refresh_steps")):
         with pytest.raises(ValueError, match=msg):
-            SPACache(model, rank=8, **kwargs)
+            build_cache({"name": "spa", "rank": 8, **kwargs}, model)
 
 
 # ---- the svd rule in the workflow ------------------------------------------------------------------
@@ -277,12 +252,8 @@ def _spa_campaign(tmp_path, write_config, name="spa.yaml", **spa_cache):
 
 
 def _jobs(stdout: str) -> set[tuple]:
-    jobs = set()
-    for rule, body in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", stdout, re.M):
-        w = dict(re.findall(r"(\w+)=([^,\s]+)", (re.findall(r"wildcards: (.*)", body) or [""])[0]))
-        if rule != "all":
-            jobs.add((rule, w.get("method")))
-    return jobs
+    """(rule, method) of every job a dry run scheduled."""
+    return {(rule, method) for rule, _, _, method in scheduled(stdout)}
 
 
 def test_svd_rule_runs_once_per_backbone_and_not_for_spa_parameter_changes(tmp_path, snakemake, write_config):
@@ -297,17 +268,7 @@ def test_svd_rule_runs_once_per_backbone_and_not_for_spa_parameter_changes(tmp_p
     assert by_method.pop("spa") == "results/backbones/toy/proxies.safetensors"
     assert set(by_method.values()) == {""}
 
-    # a finished run, faked: every output created, then --touch records what a real run would
-    summary = snakemake(tmp_path, "--summary", configfile=path).stdout
-    for line in summary.splitlines()[1:]:
-        out, rule = line.split("\t")[0], line.split("\t")[2]
-        target = tmp_path / out
-        if rule in ("train_toy", "plot"):
-            target.mkdir(parents=True, exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.touch()
-    snakemake(tmp_path, "--touch", "--forceall", "--cores", "1", configfile=path)
+    fake_finished_run(tmp_path, path)
 
     changes = {"rank": {"rank": 8},
                "budget": {"budget": "uniform", "rho": 0.5, "kv_update": "dense", "refresh_steps": 4}}
@@ -322,7 +283,8 @@ def test_svd_rule_runs_once_per_backbone_and_not_for_spa_parameter_changes(tmp_p
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = dict(zip([*changes, "backbone"], pool.map(rerun, [*changes, "backbone"])))
-    spa_only = {("generate", "spa"), ("score", "spa"), ("summarize", None), ("plot", None)}
+    spa_only = {("generate", "spa"), ("score", "spa"), ("summarize", None), ("plot", None),
+                ("plot_sweeps", None), ("tables", None)}
     assert results["rank"] == results["budget"] == spa_only
     assert ("svd", None) in results["backbone"] and ("generate", "spa-value") in results["backbone"]
 

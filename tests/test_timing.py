@@ -6,7 +6,6 @@ from collections import Counter
 import pyarrow.parquet as pq
 
 from dlmpipe.timing import rotation, run_timing_job
-from tests.toy_checkpoint import toy_checkpoint_dir
 
 
 def test_rotation_puts_every_method_in_every_slot_equally():
@@ -17,13 +16,12 @@ def test_rotation_puts_every_method_in_every_slot_equally():
         assert Counter(t[slot] for t in turns) == {m: 2 for m in methods}
 
 
-def test_timing_job_times_every_method_on_the_same_samples(tmp_path):
+def test_timing_job_times_every_method_on_the_same_samples(tmp_path, toy_checkpoint):
     from dlmpipe.backbones.manifest import write_manifest
     from dlmpipe.generate import run_generation_job
     from dlmpipe.tasks import load_task, write_task_table
 
-    ckpt = toy_checkpoint_dir(tmp_path)
-    write_manifest(ckpt, tmp_path / "manifest.json", name="toy")
+    write_manifest(toy_checkpoint, tmp_path / "manifest.json", name="toy")
     task = tmp_path / "toy_arith.parquet"
     write_task_table(load_task("toy_arith", n=5, seed=2), task)
     saber = {"name": "saber", "n": 2, "mu": 2}

@@ -1,14 +1,11 @@
 """The workflow's DAG: job counts per rule follow the config, and after a finished run a config
 change schedules exactly the jobs it affects (params rerun trigger, PyPSA-Eur style).
 
-The finished run is real (the tiny campaign, trained and decoded in seconds) when the generate
-and score commands are importable, and otherwise faked: every output created empty and then
-``snakemake --touch --forceall`` records the metadata a real run would (params included).
-``DLMPIPE_DAG_TOUCH=1`` forces the fake.
+The finished run is conftest's ``finished_run`` (real, or faked with ``DLMPIPE_DAG_TOUCH=1``).
 """
 from __future__ import annotations
 
-import importlib.util
+import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -19,40 +16,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .conftest import CONFIGS, REPO
-
-DIRECTORY_RULES = {"train_toy", "plot"}  # rules whose output is a directory
-
-
-def job_counts(stdout: str) -> dict[str, int]:
-    """The first 'Job stats' table of a dry run: rule -> number of jobs."""
-    table = stdout.split("Job stats:", 1)[1].split("total", 1)[0]
-    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
-
-
-def scheduled(stdout: str) -> set[tuple]:
-    """Jobs of a dry run as (rule, backbone, task, method), absent wildcards as None; 'all' left out."""
-    jobs = set()
-    for rule, body in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", stdout, re.M):
-        w = dict(re.findall(r"(\w+)=([^,\s]+)", (re.findall(r"wildcards: (.*)", body) or [""])[0]))
-        if rule != "all":
-            jobs.add((rule, w.get("backbone"), w.get("task"), w.get("method")))
-    return jobs
-
-
-def expected_counts(campaign: Campaign) -> dict[str, int]:
-    b, t, m = len(campaign.backbones), len(campaign.tasks), len(campaign.methods)
-    counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
-              "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
-              "plot": 1, "all": 1,
-              "time_methods": b * t}  # every method timed together, per (backbone, task)
-    if any(map(campaign.needs_proxies, campaign.methods)):
-        counts["svd"] = b  # one SVD per backbone that an SPA method (singular proxy) decodes
-    shards = campaign.config["shards"]
-    if shards > 1:  # N generate jobs per method, joined by one merge before scoring
-        counts["generate"] *= shards
-        counts["merge_generations"] = b * t * m
-    return counts
+from .workflow import CONFIGS, REPO, expected_counts, job_blocks, job_counts, scheduled
 
 
 def decoding_jobs(backbones, tasks, methods) -> set[tuple]:
@@ -66,7 +30,8 @@ def timing_jobs(backbones, tasks) -> set[tuple]:
     return {("time_methods", b, t, None) for b in backbones for t in tasks}
 
 
-REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None)}
+REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None),
+               ("plot_sweeps", None, None, None), ("tables", None, None, None)}
 
 
 def test_lint_passes(snakemake):
@@ -85,45 +50,51 @@ def test_job_counts_follow_the_config(tmp_path, snakemake, config):
 
 def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, snakemake):
     proc = snakemake(tmp_path, "-n", "-p", "--config", "device=cuda", configfile=CONFIGS / "tiny.yaml")
-    blocks = re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", proc.stdout, re.M)
+    blocks = job_blocks(proc.stdout)
     resources = {rule: re.search(r"resources: (.*)", body).group(1) for rule, body in blocks
                  if "resources:" in body}
     assert "gpu=1" in resources["generate"] and "gpu" not in resources["score"]
-    assert "--device cuda" in proc.stdout
+    assert "--device cuda" in proc.stdout and "--compile none" in proc.stdout
+    proc = snakemake(tmp_path, "-n", "-p", "--config", "device=cuda", "compile=cuda_graphs",
+                     configfile=CONFIGS / "tiny.yaml")
+    assert "--device cuda --compile cuda_graphs" in proc.stdout
+
+
+def test_generate_jobs_decode_with_the_effective_gen_length(tmp_path, snakemake, tiny_config,
+                                                            write_config):
+    tiny_config["methods"]["scaling"] = {"sampler": {"name": "dream"}, "cache": {"name": "none"},
+                                         "sweep": {"gen_length": [4, 16]}}
+    tiny_config["tasks"]["code-2"] = {"benchmark": "toy_code", "n": 2, "gen_length": 12}
+    config = write_config(tiny_config, tmp_path / "scaling.yaml")
+    proc = snakemake(tmp_path, "-n", "-p", configfile=config)
+    planned = {}
+    for task, method in re.findall(r"--task-file \S*/tasks/(\S+)\.parquet --method '(\{.*?\})'",
+                                   proc.stdout):
+        method = json.loads(method)
+        planned[(task, method["name"])] = method["gen_length"]
+    assert planned == {(t, m): g for t, length in (("toy_code", 8), ("toy_arith", 8), ("code-2", 12))
+                       for m, g in (("llada-confidence", length), ("archer-k1", length),
+                                    ("archer-kinf", length), ("scaling-g4", 4), ("scaling-g16", 16))}
+    assert "prepare-task --name toy_code --options '{\"n\":2}'" in proc.stdout
+
+
+def test_a_tasks_local_files_are_inputs_of_its_preparation(tmp_path, snakemake, tiny_config,
+                                                           write_config):
+    """`source`, `base_source` and `fewshot_source`: editing any of them rebuilds the task."""
+    data = Path(__file__).resolve().parent / "data"
+    tiny_config["tasks"] = {"mmlu_pro": {"gen_length": 8, "source": str(data / "mmlu_pro_test.jsonl"),
+                                         "fewshot_source": str(data / "mmlu_pro_validation.jsonl")},
+                            "mbpp_et": {"gen_length": 8, "source": str(data / "MBPP_ET.jsonl"),
+                                        "base_source": str(data / "math500_test.jsonl")}}
+    proc = snakemake(tmp_path, "-n", configfile=write_config(tiny_config, tmp_path / "c.yaml"))
+    blocks = re.findall(r"^(?:local)?rule prepare_task:\n((?:    .*\n?)*)", proc.stdout, re.M)
+    inputs = {re.search(r"wildcards: task=(\S+)", b).group(1): re.search(r"input: (.*)", b).group(1)
+              for b in blocks}
+    assert inputs == {"mmlu_pro": f"{data / 'mmlu_pro_test.jsonl'}, {data / 'mmlu_pro_validation.jsonl'}",
+                      "mbpp_et": f"{data / 'MBPP_ET.jsonl'}, {data / 'math500_test.jsonl'}"}
 
 
 # ---- incremental reruns after a finished run ----------------------------------------------------
-def _real_commands_available() -> bool:
-    if os.environ.get("DLMPIPE_DAG_TOUCH") == "1":
-        return False
-    return all(importlib.util.find_spec(m) is not None
-               for m in ("dlmpipe.generate", "dlmpipe.scoring.score"))
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, snakemake):
-    """A workdir holding a finished run of the tiny campaign (real when possible)."""
-    workdir = tmp_path_factory.mktemp("finished")
-    config = CONFIGS / "tiny.yaml"
-    if _real_commands_available():
-        snakemake(workdir, "--cores", "2", configfile=config)
-        assert (workdir / "results" / "summary.csv").is_file()
-        assert list((workdir / "results" / "plots").glob("pareto_*.png"))
-    else:
-        summary = snakemake(workdir, "--summary", configfile=config).stdout
-        for line in summary.splitlines()[1:]:
-            path, rule = line.split("\t")[0], line.split("\t")[2]
-            if rule in DIRECTORY_RULES:
-                (workdir / path).mkdir(parents=True, exist_ok=True)
-            else:
-                (workdir / path).parent.mkdir(parents=True, exist_ok=True)
-                (workdir / path).touch()
-        snakemake(workdir, "--touch", "--forceall", "--cores", "1", configfile=config)
-    proc = snakemake(workdir, "-n", configfile=config)
-    assert "Nothing to be done" in proc.stdout + proc.stderr
-    return workdir
-
-
 def rerun_after(workdir: Path, snakemake, name: str, change) -> set[tuple]:
     """Apply ``change`` to the tiny config and return the jobs a dry run schedules."""
     changed = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
@@ -153,7 +124,7 @@ CHANGES = {
     "method-param": (set_in("methods/llada-confidence/sampler/steps", 4),
                      decoding_jobs(["toy"], TASKS, ["llada-confidence"]) | timing_jobs(["toy"], TASKS)
                      | REPORT_JOBS),
-    # a new method: only its jobs
+    # a new method: only its jobs (and the timing, which times every method together)
     "new-method": (set_in("methods/saber", {"sampler": {"name": "saber"}, "cache": {"name": "none"}}),
                    decoding_jobs(["toy"], TASKS, ["saber"]) | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
     # a new sweep point: only its jobs, not the sweep's other points
@@ -168,6 +139,23 @@ CHANGES = {
     "gen-length": (set_in("tasks/toy_arith/gen_length", 4),
                    decoding_jobs(["toy"], ["toy_arith"], METHODS) | timing_jobs(["toy"], ["toy_arith"])
                    | REPORT_JOBS),
+    # a method's own gen_length (overriding the tasks' 8) reruns exactly that method's jobs ...
+    "method-gen-length": (set_in("methods/llada-confidence/gen_length", 4),
+                          decoding_jobs(["toy"], TASKS, ["llada-confidence"])
+                          | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+    # ... and one equal to the tasks' changes no job's effective length: nothing
+    "method-gen-length-same": (set_in("methods/llada-confidence/gen_length", 8), set()),
+    # a task alias: a registered benchmark under another name is a new task, nothing else reruns
+    "task-alias": (set_in("tasks/code-2", {"benchmark": "toy_code", "n": 2, "gen_length": 8}),
+                   {("prepare_task", None, "code-2", None)}
+                   | decoding_jobs(["toy"], ["code-2"], METHODS) | timing_jobs(["toy"], ["code-2"])
+                   | REPORT_JOBS),
+    # the benchmark a task loads is a param of its preparation; naming the default changes nothing
+    "task-benchmark": (set_in("tasks/toy_arith/benchmark", "toy_code"),
+                       {("prepare_task", None, "toy_arith", None)}
+                       | decoding_jobs(["toy"], ["toy_arith"], METHODS)
+                       | timing_jobs(["toy"], ["toy_arith"]) | REPORT_JOBS),
+    "task-benchmark-default": (set_in("tasks/toy_arith/benchmark", "toy_arith"), set()),
     # a loader option rebuilds the task and everything decoded from it
     "task-loader": (set_in("tasks/toy_arith/n", 2),
                     {("prepare_task", None, "toy_arith", None)}
@@ -181,6 +169,19 @@ CHANGES = {
     "reference": (set_in("reference_method", "archer-k1"), REPORT_JOBS),
     # the timing stage's own settings re-time every (backbone, task), and nothing decodes again
     "timing": (set_in("timing", {"samples": 2, "repeats": 1}), timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+    # a paper table's layout only rewrites the tables
+    "table": (set_in("tables", {"archer": {"style": "archer", "methods": ["archer"],
+                                           "extended_label": "ET"}, "spa": {"style": "spa"}}),
+              {("tables", None, None, None)}),
+    # the sandbox level changes every score's recorded isolation: the score jobs, then the report
+    "sandbox": (set_in("sandbox", "process"),
+                {("score", "toy", t, m) for t in TASKS for m in METHODS} | REPORT_JOBS),
+    # naming the level that is already used (bwrap, the default) changes nothing
+    "sandbox-default": (set_in("sandbox", "bwrap"), set()),
+    # how fixed-shape steps run changes the times (and with torch_compile possibly the last
+    # bits): every generate job and the timing, then what reads them
+    "compile": (set_in("compile", "torch_compile"), decoding_jobs(["toy"], TASKS, METHODS)
+                | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
     # scheduling settings never rerun anything
     "resources": (set_in("resources", {"score": {"threads": 2}, "generate": {"mem_mb": 1000}}), set()),
 }

@@ -11,24 +11,32 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..io import atomic_write
+from .isolation import isolation_levels
 from .pareto import pareto_mask, reaches_front
 from .speedup import paired_speedups
 
 KEYS = ["backbone", "task", "method"]
+Z95 = 1.959963984540054  # standard normal quantile of 0.975
 SUMMARY_COLUMNS = KEYS + ["quality", "quality_se", "quality_ci_low", "quality_ci_high", "n",
-                          "mean_time_s", "mean_nfe", "mean_steps",
+                          "mean_time_s", "mean_tps", "mean_ttft_s",
+                          "mean_generated_length", "mean_nfe", "mean_steps",
                           "mean_refreshes", "cached_fraction", "mean_recompute_fraction",
                           "mean_revisions", "speedup", "speedup_ci_low", "speedup_ci_high",
                           "timed_samples", "reference", "pareto", "overlaps_front"]
-Z95 = 1.959963984540054  # standard normal quantile of 0.975
-OPTIONAL = ["plus_passed",  # extended (EvalPlus "+", ET) tests, where the task has them
-            "stats"]  # per-sample statistics (JSON): mean_recompute_fraction reads them
+# per-sample measurements of the generate job (docs/METHODS.md §3); scores written before they
+# existed lack them, and their means are then empty
+MEASUREMENTS = {"tps": "mean_tps", "ttft_s": "mean_ttft_s", "generated_length": "mean_generated_length"}
+OPTIONAL = [*MEASUREMENTS,
+            "plus_passed",  # extended (EvalPlus "+", ET) tests, where the task has them
+            "stats",  # per-sample statistics (JSON): mean_recompute_fraction reads them
+            "isolation",  # the sandbox level of each score: the summary lists each row's levels
+            "subtask", "extraction_rule"]  # answer tasks: quality_by_subtask, verdicts_by_rule
 NEEDED = KEYS + ["sample_index", "score", "time_s", "nfe", "steps", "refreshes",
                  "cached_forwards", "revisions"]
 
@@ -71,6 +79,15 @@ def quality_uncertainty(table: pd.DataFrame) -> pd.DataFrame:
     return table.assign(quality_se=np.sqrt(p * (1 - p) / n),
                         quality_ci_low=(centre - half).clip(lower=0.0).where(p > 0, 0.0),
                         quality_ci_high=(centre + half).clip(upper=1.0).where(p < 1, 1.0))
+
+
+def measurement_means(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per (backbone, task, method) the mean over samples of each per-sample measurement:
+    ``mean_tps`` (the SPA-Cache paper's "average TPS"), ``mean_ttft_s`` and
+    ``mean_generated_length``; NaN where the scores lack the measurement."""
+    g = scores.assign(**{c: scores[c] if c in scores.columns else math.nan for c in MEASUREMENTS}
+                      ).groupby(KEYS, sort=False)
+    return pd.DataFrame({mean: g[c].mean() for c, mean in MEASUREMENTS.items()}).reset_index()
 
 
 def timed_speedups(table: pd.DataFrame, timing: pd.DataFrame, reference: str,
@@ -136,7 +153,7 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
         "cached_fraction": g["cached_forwards"].sum() / g["nfe"].sum().where(lambda s: s > 0),
         "mean_recompute_fraction": g["recompute_fraction"].mean(),
         "mean_revisions": g["revisions"].mean(),
-    }).reset_index()
+    }).reset_index().merge(measurement_means(scores), on=KEYS)
     if "plus_passed" in scores.columns:  # quality on the extended tests (HumanEval+, MBPP+, ET)
         plus = scores.assign(plus=scores["plus_passed"].astype("float")).groupby(KEYS, sort=False)["plus"].mean()
         table = table.merge(plus.rename("quality_plus").reset_index(), on=KEYS, how="left")
@@ -153,6 +170,14 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     table["speedup"] = table["reference_time_s"] / table["mean_time_s"]
     table["reference"] = reference
     extra = ["quality_plus"] if "quality_plus" in table.columns else []
+    if "isolation" in scores.columns:  # e.g. "bwrap", "none", "process+landlock+seccomp"
+        table = table.merge(isolation_levels(scores, KEYS), on=KEYS, how="left")
+        extra.append("isolation")
+    for column, per_group in (("quality_by_subtask", quality_by_subtask),
+                              ("verdicts_by_rule", verdicts_by_rule)):
+        if (values := per_group(scores)) is not None:
+            table = table.merge(values.rename(column).reset_index(), on=KEYS, how="left")
+            extra.append(column)
     if timing is not None:
         table = timed_speedups(table, timing, reference, also_against, seed)
         extra += [f"speedup_vs_{o}{end}" for o in also_against for end in ("", "_ci_low", "_ci_high")]
@@ -172,11 +197,31 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     return table[SUMMARY_COLUMNS + extra].sort_values(KEYS[:2], kind="stable").reset_index(drop=True)
 
 
-def _write_atomic(out: Path, write) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, out)
+def quality_by_subtask(scores: pd.DataFrame) -> pd.Series | None:
+    """Per (backbone, task, method), JSON ``{subtask: accuracy}`` (BBH's tasks, MMLU-Pro's
+    categories); None when no task has subtasks."""
+    if "subtask" not in scores.columns or not scores["subtask"].notna().any():
+        return None
+    return scores.groupby(KEYS, sort=False).apply(
+        lambda g: json.dumps({str(k): round(float(v), 6) for k, v in
+                              g.dropna(subset=["subtask"]).groupby("subtask")["score"].mean().items()}),
+        include_groups=False)
+
+
+def verdicts_by_rule(scores: pd.DataFrame) -> pd.Series | None:
+    """Per (backbone, task, method), JSON ``{extraction rule: {"passed": n, "failed": m}}``: how
+    many verdicts each answer-extraction rule produced; None when no task records rules."""
+    if "extraction_rule" not in scores.columns or not scores["extraction_rule"].notna().any():
+        return None
+
+    def counts(g: pd.DataFrame) -> str:
+        out: dict[str, dict[str, int]] = {}
+        for rule, score in zip(g["extraction_rule"].fillna("none"), g["score"]):
+            entry = out.setdefault(str(rule), {"passed": 0, "failed": 0})
+            entry["passed" if score > 0 else "failed"] += 1
+        return json.dumps(out, sort_keys=True)
+
+    return scores.groupby(KEYS, sort=False).apply(counts, include_groups=False)
 
 
 def summarize(scores: list[str], reference: str, out_parquet: str, out_csv: str,
@@ -185,6 +230,6 @@ def summarize(scores: list[str], reference: str, out_parquet: str, out_csv: str,
 
     table = summary_table(read_scores(scores), reference, also_against,
                           read_timing(timing) if timing else None, seed)
-    _write_atomic(Path(out_parquet), lambda p: table.to_parquet(p, index=False))
-    _write_atomic(Path(out_csv), lambda p: table.to_csv(p, index=False, float_format="%.6g"))
+    atomic_write(out_parquet, lambda p: table.to_parquet(p, index=False))
+    atomic_write(out_csv, lambda p: table.to_csv(p, index=False, float_format="%.6g"))
     return table

@@ -10,6 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from ..io import atomic_write_json
 from .loading import check_checkpoint
 
 
@@ -29,9 +30,7 @@ def write_manifest(path: str | Path, out: str | Path, name: str, dtype: str = "f
     cfg = check_checkpoint(path)
     manifest = {"name": name, "path": str(path), "family": cfg.family, "dtype": dtype,
                 "chat": chat, "config": cfg.to_dict(), "fingerprint": checkpoint_fingerprint(path)}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(manifest, indent=2))
+    atomic_write_json(out, manifest)
     return manifest
 
 

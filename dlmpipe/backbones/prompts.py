@@ -4,7 +4,7 @@ A prompt is a user turn, an optional system turn, and an optional ``response_pre
 placed after the assistant header, so the response is a continuation of it (how Saber, and
 Archer after it, prompt code tasks: the model continues an opened code block). The chat text
 comes from the tokenizer's own template when the checkpoint ships one, else from the template
-strings of ../shared/specs/MODELS.md; it is tokenized with ``add_special_tokens=False`` because
+strings of docs/MODELS.md; it is tokenized with ``add_special_tokens=False`` because
 the template already holds every special token.
 """
 from __future__ import annotations

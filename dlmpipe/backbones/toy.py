@@ -7,7 +7,6 @@ the thread count.
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -18,8 +17,9 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from ..io import atomic_write, atomic_write_json
 from ..tasks.toy import GENERATORS
-from .loading import checkpoint_key_map
+from .weights import checkpoint_key_map
 from .model import Backbone, BackboneConfig
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|startoftext|>", "<|mdm_mask|>", "<|eot_id|>",
@@ -97,12 +97,12 @@ def save_llada_checkpoint(model: Backbone, tok, out_dir: Path, n_shards: int = 2
     for s in range(n_shards):
         name = f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors"
         chunk = {k: tensors[k] for k in keys[s * per:(s + 1) * per]}
-        save_file(chunk, str(out_dir / name), metadata={"format": "pt"})
+        atomic_write(out_dir / name, lambda tmp: save_file(chunk, str(tmp), metadata={"format": "pt"}))
         weight_map.update({k: name for k in chunk})
         total += sum(t.numel() * t.element_size() for t in chunk.values())
-    (out_dir / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
-    (out_dir / "config.json").write_text(json.dumps(llada_config_json(model.cfg, tok), indent=2))
+    atomic_write_json(out_dir / "model.safetensors.index.json",
+                      {"metadata": {"total_size": total}, "weight_map": weight_map})
+    atomic_write_json(out_dir / "config.json", llada_config_json(model.cfg, tok))
 
 
 def _batch(rng: random.Random, tok, tasks: list[str], batch: int, gen_len: int, pad_id: int):
@@ -128,10 +128,10 @@ def _masked_forward(model: Backbone, ids: torch.Tensor, key_mask: torch.Tensor) 
     """Training forward that ignores left padding (RoPE is relative, so this equals inference
     on the unpadded prompt)."""
     h = model.embed(ids)
-    positions = torch.arange(ids.shape[1])
+    rope = model.rope(torch.arange(ids.shape[1]))
     attn_mask = key_mask[:, None, None, :]
     for i in range(model.cfg.n_layers):
-        q, k, v = model.qkv(i, h, positions)
+        q, k, v = model.qkv(i, h, rope)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         b, hh, t, hd = o.shape
         h = h + model.attn_output(i, o.transpose(1, 2).reshape(b, t, hh * hd))
@@ -194,6 +194,6 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
     save_llada_checkpoint(model, tok, out_dir)
     stats = {"seed": seed, "steps": steps, "batch_size": batch_size, "final_loss": sum(losses[-50:]) / 50,
              "train_seconds": time.perf_counter() - start, "parameters": sum(p.numel() for p in model.parameters())}
-    (out_dir / "training.json").write_text(json.dumps(stats, indent=2))
+    atomic_write_json(out_dir / "training.json", stats)
     log(f"toy backbone: {stats}")
     return stats

@@ -6,39 +6,54 @@ in response coordinates ``(lo, hi)``; block-wise caches use it, others ignore it
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from torch import Tensor
 
 from ..backbones.model import Backbone
+from ..graphs import check_mode
 
 
 @dataclass
 class CacheStats:
-    forwards: int = 0          # every model evaluation (NFE)
-    cached_forwards: int = 0   # forwards served by a cached (partial) path
+    nfe: int = 0               # every model evaluation (number of function evaluations)
+    cached_forwards: int = 0   # evaluations served by a cached (partial) path
     refreshes: int = 0         # full forwards that rebuilt the cache after the first one
 
     def as_dict(self) -> dict:
-        return {"nfe": self.forwards, "cached_forwards": self.cached_forwards,
+        return {"nfe": self.nfe, "cached_forwards": self.cached_forwards,
                 "refreshes": self.refreshes}
 
 
-class Cache:
-    """Base class: subclasses implement ``response_logits``."""
+class Cache(ABC):
+    """Base class: subclasses implement ``response_logits``.
 
-    name = "base"
-    #: True when every call returns valid logits for all G response rows (rollback samplers need it).
-    #: False: only the masked rows of the current block that the next update may decode are
-    #: guaranteed (all of them, or the sampler's ``due_positions`` when it announces them); the
-    #: rows a call does not serve hold NaN, and the returned tensor may be a buffer the cache
-    #: reuses, valid until its next call (Fast-dLLM, dKV-Cache).
-    serves_all_rows = True
+    Which response rows a cache serves fresh logits for is declared in dlmpipe.registry
+    (``rows``): ``all_rows`` for most caches; ``block_rows`` / ``masked_rows`` for caches that
+    give queries to some rows only (Fast-dLLM, dKV-Cache): only the masked rows of the current
+    block that the next update may decode are guaranteed (all of them, or the sampler's
+    ``due_positions`` when it announces them); the rows a call does not serve hold NaN. The
+    returned tensor may be a buffer the cache reuses (row caches, captured steps), valid until
+    its next call.
+
+    Inside ``response_logits`` a cache reads nothing back to the host except what its own
+    decision needs (Archer's distance controller: the distance; dKV-Cache: the sizes of the row
+    sets); its state stays on the model's device.
+    """
+
+    compile_mode = "none"
 
     def __init__(self, model: Backbone):
         self.model = model
         self.prompt_len = 0
         self.stats = CacheStats()
+
+    def use_compile(self, mode: str) -> None:
+        """How the cache's fixed-shape cached step runs: ``none``, ``cuda_graphs`` or
+        ``torch_compile`` (dlmpipe/graphs.py; the campaign key ``compile``). Caches without such
+        a step (all but Archer so far) run eagerly whatever the mode."""
+        self.compile_mode = check_mode(mode)
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
         """Start a new sample whose sequence is ``x [N]`` with the prompt in ``x[:prompt_len]``."""
@@ -51,9 +66,9 @@ class Cache:
         logits decide). Caches that recompute only what is due (dKV-Cache greedy) keep it;
         the default ignores it."""
 
+    @abstractmethod
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         """Logits ``[G, V]`` for the response positions, as the sampler reads them (shifted)."""
-        raise NotImplementedError
 
     def extra_stats(self) -> dict:
         """Method-specific statistics recorded with each sample (e.g. distances at refresh)."""

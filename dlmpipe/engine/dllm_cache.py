@@ -1,4 +1,4 @@
-"""dLLM-Cache (Liu et al. 2025; METHODS.md §2.4) as a policy of the selective-update mechanism.
+"""dLLM-Cache (Liu et al. 2025; docs/METHODS.md §2.4) as a policy of the selective-update mechanism.
 
 Global step counter from 1: the prompt part is refreshed when ``(step - 1) % K_p == 0``, the
 response part when ``(step - 1) % K_r == 0`` (step 1 refreshes both); layer 0 is always dense
@@ -14,14 +14,7 @@ from .selective import SelectiveCache, rows_for_budget
 
 
 class DLLMCache(SelectiveCache):
-    name = "dllm_cache"
-
-    def __init__(self, model: Backbone, K_p: int = 50, K_r: int = 7, rho: float = 0.25):
-        for key, v in (("K_p", K_p), ("K_r", K_r)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"dllm_cache {key} must be an integer >= 1 (got {v!r})")
-        if not 0 <= rho <= 1:
-            raise ValueError(f"dllm_cache rho must be in [0, 1] (got {rho!r})")
+    def __init__(self, model: Backbone, *, K_p: int, K_r: int, rho: float):
         super().__init__(model, identifier="value", kv_update="values")
         self.K_p, self.K_r, self.rho = K_p, K_r, rho
 

@@ -1,4 +1,4 @@
-"""Fast-dLLM prefix and dual caches (METHODS.md §2.5), block-wise.
+"""Fast-dLLM prefix and dual caches (docs/METHODS.md §2.5), block-wise.
 
 The cache learns the block boundaries from the ``block`` argument: the first call of a new
 block is one full forward that stores every layer's K/V. The later steps of the block recompute
@@ -14,10 +14,12 @@ steps inside a block; 1 is the degenerate setting (every step full) used by the 
 tests. How long a block lasts is the sampler's decision (the parallel samplers loop each block
 until it has no masks); the cache never ends a block.
 
-Only the current block's rows are served (``serves_all_rows = False``; other rows hold NaN), so
+Only the current block's rows are served (registry rows ``block_rows``; other rows hold NaN), so
 a rollback sampler is refused at config time.
 """
 from __future__ import annotations
+
+from abc import abstractmethod
 
 from torch import Tensor
 
@@ -26,20 +28,16 @@ from .row_cache import RowKVCache
 
 
 class FastDLLMCache(RowKVCache):
-    name = "fast_dllm"
-
-    def __init__(self, model: Backbone, refresh_interval: int | None = None):
+    def __init__(self, model: Backbone, *, refresh_interval: int | None):
         super().__init__(model)
-        if refresh_interval is not None and refresh_interval < 1:
-            raise ValueError(f"{self.name}: refresh_interval must be >= 1 or null (got {refresh_interval})")
         self.refresh_interval = refresh_interval
 
+    @abstractmethod
     def recomputed_rows(self, lo: int, hi: int) -> tuple[int, int]:
         """Absolute rows ``[start, stop)`` a cached step of block ``[lo, hi)`` recomputes."""
-        raise NotImplementedError
 
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
-        self.stats.forwards += 1
+        self.stats.nfe += 1
         first = self.block is None
         new_block = self._enter(block)
         lo, hi = self.block
@@ -55,15 +53,11 @@ class FastDLLMCache(RowKVCache):
 
 
 class FastDLLMPrefixCache(FastDLLMCache):
-    name = "fast_dllm_prefix"
-
     def recomputed_rows(self, lo: int, hi: int) -> tuple[int, int]:
         return self.model.first_logit_row(self.prompt_len + lo), self.positions.numel()
 
 
 class FastDLLMDualCache(FastDLLMCache):
-    name = "fast_dllm_dual"
-
     def recomputed_rows(self, lo: int, hi: int) -> tuple[int, int]:
         return self.model.first_logit_row(self.prompt_len + lo), self.prompt_len + hi
 

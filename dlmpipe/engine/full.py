@@ -10,10 +10,8 @@ from .base import Cache
 
 
 class FullRecompute(Cache):
-    name = "none"
-
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
-        self.stats.forwards += 1
+        self.stats.nfe += 1
         m = self.model
         h = m.hidden_states(x[None])
         return m.response_logits_from_rows(h[:, m.first_logit_row(self.prompt_len):])[0]

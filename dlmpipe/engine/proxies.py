@@ -1,4 +1,4 @@
-"""Singular proxies of the value projections (METHODS.md §2.3; SPA-Cache §3.3).
+"""Singular proxies of the value projections (docs/METHODS.md §2.3; SPA-Cache §3.3).
 
 Per layer, the thin SVD of the whole value projection (all KV heads, no per-head split)
 ``W_v = A S B^T`` in float32. The proxy of a (RMS-normed) attention input ``h`` at rank r is
@@ -71,26 +71,26 @@ def proxies_from_model(model, metadata: dict | None = None) -> SingularProxies:
 def read_value_weights(checkpoint: str | Path) -> list[Tensor]:
     """Only the value projections of a checkpoint directory, in float32 on the CPU (an 8B model
     never has to be loaded whole for its SVD)."""
-    from ..backbones import loading
+    from ..backbones import weights
+    from ..backbones.checkpoint_config import read_config
     from ..backbones.model import Backbone
 
     path = Path(checkpoint)
-    cfg = loading.read_config(path)
+    cfg = read_config(path)
     with torch.device("meta"):
         model = Backbone(cfg)
-    plan = loading._plan(model, loading.checkpoint_key_map(cfg), loading.shard_files(path), path)
+    plan = weights.plan_reads(model, weights.checkpoint_key_map(cfg), weights.shard_files(path), path)
     names = [f"blocks.{i}.v_proj.weight" for i in range(cfg.n_layers)]
-    state = loading._read_tensors({n: plan[n] for n in names}, torch.float32, torch.device("cpu"))
+    state = weights.read_tensors({n: plan[n] for n in names}, torch.float32, torch.device("cpu"))
     return [state[n] for n in names]
 
 
 def write_proxies(manifest: str | Path, out: str | Path) -> dict:
     """The SVD job: read the manifest's checkpoint, write ``proxies.safetensors`` atomically."""
-    import os
-
     from safetensors.torch import save_file
 
     from ..backbones.manifest import read_manifest
+    from ..io import atomic_write
 
     man = read_manifest(manifest)
     s_all, bt_all = value_svd(read_value_weights(man["path"]))
@@ -101,11 +101,7 @@ def write_proxies(manifest: str | Path, out: str | Path) -> dict:
     metadata = {"format": FORMAT, "backbone": man["name"], "fingerprint": str(man.get("fingerprint")),
                 "family": man.get("family", ""), "n_layers": str(len(s_all)),
                 "rank": str(min(s.shape[0] for s in s_all)), "d_model": str(bt_all[0].shape[1])}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    os.replace(tmp, out)
+    atomic_write(out, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
     return metadata
 
 

@@ -1,12 +1,12 @@
 """Machinery shared by the caches that give queries to only some rows (Fast-dLLM, dKV-Cache).
 
-Every layer's K/V of all N positions lives in preallocated buffers. A full forward runs every
+Every layer's K/V of all N positions lives in a preallocated ``KVBuffer`` (kv.py). A full forward runs every
 row and stores every layer's K/V. A partial forward embeds only the chosen rows (ascending
 absolute indices), runs them through every layer at their true RoPE positions, writes their
 fresh K/V over the cached rows in place and lets them attend over all N cached rows; every other
 row keeps the K/V it was last computed with and gets no query.
 
-Such a cache serves only some response rows (``serves_all_rows = False``): the logits of the
+Such a cache serves only some response rows (registry rows ``block_rows``/``masked_rows``): the logits of the
 positions it serves are written into a reused ``[G, V]`` buffer whose other rows hold NaN (the
 rows served by the previous call are reset, nothing else is touched). For logit-shifted
 families (Dream) the row before each served position must be among the computed rows; callers
@@ -18,21 +18,25 @@ import torch
 from torch import Tensor
 
 from .base import Cache
+from .kv import KVBuffer
+
+
+def indices(*masks: Tensor) -> list[Tensor]:
+    """Ascending indices of the True entries of each bool mask, reading all their counts back in
+    one host sync (``nonzero`` would sync once per mask); a stable sort puts the True entries
+    first in order."""
+    counts = torch.stack([m.sum() for m in masks]).tolist()
+    return [torch.sort((~m).to(torch.uint8), stable=True).indices[:c] for m, c in zip(masks, counts)]
 
 
 class RowKVCache(Cache):
-    serves_all_rows = False
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
         super().begin(x, prompt_len)
-        m, cfg = self.model, self.model.cfg
-        n = x.shape[0]
-        shape = (cfg.n_layers, 1, cfg.n_kv_heads, n, cfg.head_dim)
-        dtype, device = m.embed.weight.dtype, m.device
-        self.keys = torch.empty(shape, dtype=dtype, device=device)
-        self.values = torch.empty(shape, dtype=dtype, device=device)
-        self.positions = torch.arange(n, device=device)
-        self.logits = torch.full((n - prompt_len, cfg.vocab_size), float("nan"), device=device)
+        m, n = self.model, x.shape[0]
+        self.kv = KVBuffer.for_model(m, n)
+        self.positions = torch.arange(n, device=m.device)
+        self.logits = torch.full((n - prompt_len, m.cfg.vocab_size), float("nan"), device=m.device)
         self.served: Tensor | None = None   # response positions the last call wrote
         self.block: tuple[int, int] | None = None
         self.block_step = 0                 # forwards since the current block started
@@ -41,7 +45,7 @@ class RowKVCache(Cache):
 
     def _full_forward(self, x: Tensor, serve: Tensor) -> Tensor:
         """Every row, every layer's K/V stored; logits of the response positions ``serve``."""
-        h = self.model.hidden_states_storing_kv(x[None], self.keys, self.values)
+        h = self.model.hidden_states_storing_kv(x[None], self.kv)
         self._count(x.shape[0])
         return self._serve(h, self.positions, serve)
 
@@ -50,14 +54,12 @@ class RowKVCache(Cache):
         m = self.model
         if rows.numel() == 0:  # nothing changed and nothing due: no row needs a query
             return self._serve(None, rows, serve)
-        positions = self.positions[rows]
+        rope = m.rope(self.positions[rows])
         h = m.embed(x[rows][None])
         for i in range(m.cfg.n_layers):
-            q, k, v = m.qkv(i, h, positions)
-            keys, values = self.keys[i], self.values[i]
-            keys.index_copy_(2, rows, k)
-            values.index_copy_(2, rows, v)
-            h = h + m.attn_output(i, m.attend(q, keys, values))
+            q, k, v = m.qkv(i, h, rope)
+            self.kv.write(i, rows, k, v)
+            h = h + m.attn_output(i, m.attend(q, *self.kv.layer(i)))
             h = h + m.ffn(i, h)
         self._count(rows.numel())
         return self._serve(h, rows, serve)

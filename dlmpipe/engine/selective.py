@@ -25,6 +25,7 @@ part and is recomputed at every layer (forced), on top of the ``k_l`` selected r
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 
 import torch
 import torch.nn.functional as F
@@ -32,9 +33,7 @@ from torch import Tensor
 
 from ..backbones.model import Backbone
 from .base import Cache
-
-IDENTIFIERS = ("singular", "value", "query", "key", "attn_input", "attn_output")
-KV_UPDATES = ("sparse", "dense", "values")
+from .kv import KVBuffer
 
 
 def rows_for_budget(rho: float, gen_len: int) -> int:
@@ -45,15 +44,9 @@ def rows_for_budget(rho: float, gen_len: int) -> int:
 class SelectiveCache(Cache):
     """Selective-update cache; subclasses set the policy (see the module docstring)."""
 
-    serves_all_rows = True  # every response row has a (possibly reused) hidden state
-
-    def __init__(self, model: Backbone, identifier: str = "singular", kv_update: str = "sparse",
-                 rank: int | None = None, proxies=None):
+    def __init__(self, model: Backbone, identifier: str, kv_update: str, rank: int | None = None,
+                 proxies=None):
         super().__init__(model)
-        if identifier not in IDENTIFIERS:
-            raise ValueError(f"identifier must be one of {', '.join(IDENTIFIERS)} (got {identifier!r})")
-        if kv_update not in KV_UPDATES:
-            raise ValueError(f"kv_update must be one of {', '.join(KV_UPDATES)} (got {kv_update!r})")
         self.identifier, self.kv_update = identifier, kv_update
         self.proxy_weights: list[Tensor] = []
         if identifier == "singular":
@@ -70,13 +63,13 @@ class SelectiveCache(Cache):
         self.response_refreshes = 0
 
     # ---- policy -------------------------------------------------------------------------
+    @abstractmethod
     def schedule(self, step: int) -> tuple[bool, bool]:
         """(refresh the prompt, recompute the whole response) at forward ``step`` (0-based)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def layer_budget(self, layer: int, gen_len: int) -> int:
         """Response rows (of G) layer ``layer >= 1`` recomputes on a selective step."""
-        raise NotImplementedError
 
     # ---- per sample ---------------------------------------------------------------------
     def begin(self, x: Tensor, prompt_len: int) -> None:
@@ -91,9 +84,7 @@ class SelectiveCache(Cache):
         self.budgets = [self.n_rows] + [min(self.n_rows, self.layer_budget(i, gen_len) + self.forced)
                                         for i in range(1, cfg.n_layers)]
         dtype, device = m.embed.weight.dtype, m.device
-        kv_shape = (cfg.n_layers, 1, cfg.n_kv_heads, n, cfg.head_dim)
-        self.keys = torch.empty(kv_shape, dtype=dtype, device=device)
-        self.values = torch.empty(kv_shape, dtype=dtype, device=device)
+        self.kv = KVBuffer.for_model(m, n)
         self.delta = torch.empty((cfg.n_layers, 1, self.n_rows, cfg.d_model), dtype=dtype, device=device)
         self.ident = torch.empty((cfg.n_layers, self.n_rows, self._ident_width()), dtype=dtype, device=device)
         self.positions = torch.arange(n, device=device)
@@ -111,7 +102,7 @@ class SelectiveCache(Cache):
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         step = self.step
         self.step += 1
-        self.stats.forwards += 1
+        self.stats.nfe += 1
         prompt, dense = self.schedule(step)
         if step == 0:
             prompt = dense = True  # step 0: full refresh
@@ -123,6 +114,7 @@ class SelectiveCache(Cache):
         m, f = self.model, self.first_row
         base = 0 if prompt else f  # absolute position of the first tracked row
         h = m.embed(x[None, base:])
+        self.rope_tracked = m.rope(self.positions[base:])  # the tracked rows' tables, once per step
         for layer in range(m.cfg.n_layers):
             h = self._layer(layer, h, base, dense or layer == 0)
         return m.response_logits_from_rows(h[:, f - base:])[0]
@@ -130,11 +122,10 @@ class SelectiveCache(Cache):
     def _layer(self, layer: int, h: Tensor, base: int, dense: bool) -> Tensor:
         """One layer over the tracked rows ``h [1, N - base, d]`` (prompt part first when
         ``base == 0``); returns the layer's output rows."""
-        m, blk, f = self.model, self.model.blocks[layer], self.first_row
+        m, f = self.model, self.first_row
         n_prompt = f - base                      # prompt rows recomputed this step (0 or f)
-        normed = blk.attn_norm(h)
+        normed = m.attn_input(layer, h)
         nr = normed[:, n_prompt:]                # response part [1, R, d]
-        keys, values = self.keys[layer], self.values[layer]
         k_rows = self.budgets[layer]
         selected = value_rows = None
         if dense or k_rows >= self.n_rows:
@@ -148,11 +139,9 @@ class SelectiveCache(Cache):
                 value_rows = ident[None]  # V of every response row: reused by the K/V update
 
         if selected is None:  # every tracked row: the full layer's math, row for row
-            pos = self.positions[base:]
-            q, k, v = self._project(blk, normed, pos)
-            keys[:, :, base:] = k
-            values[:, :, base:] = v
-            a = m.attn_output(layer, m.attend(q, keys, values))
+            q, k, v = m.project_qkv(layer, normed, self.rope_tracked)
+            self.kv.write(layer, slice(base, None), k, v)
+            a = m.attn_output(layer, m.attend(q, *self.kv.layer(layer)))
             mid = h + a
             ffo = m.ffn(layer, mid)
             torch.add(a[:, n_prompt:], ffo[:, n_prompt:], out=self.delta[layer])
@@ -168,9 +157,9 @@ class SelectiveCache(Cache):
             rows = torch.cat([torch.arange(n_prompt, device=rows.device), rows])
         rope = m.rope(self.positions[base + rows])
         hc, nc = h.index_select(1, rows), normed.index_select(1, rows)
-        q = m.apply_rope(m.split_heads(blk.q_proj(nc), m.cfg.n_heads), *rope)
-        self._update_kv(blk, layer, normed, nc, rows, rope, base, value_rows)
-        a = m.attn_output(layer, m.attend(q, keys, values))
+        q = m.queries(layer, nc, rope)
+        self._update_kv(layer, normed, nc, rows, rope, base, value_rows)
+        a = m.attn_output(layer, m.attend(q, *self.kv.layer(layer)))
         return self._finish(layer, h, hc, a, selected, n_prompt)
 
     def _finish(self, layer: int, h: Tensor, hc: Tensor, a: Tensor, selected: Tensor,
@@ -189,34 +178,30 @@ class SelectiveCache(Cache):
         self.rows_recomputed[layer] += selected.shape[0]
         return h
 
-    def _update_kv(self, blk, layer: int, normed: Tensor, nc: Tensor, rows: Tensor,
+    def _update_kv(self, layer: int, normed: Tensor, nc: Tensor, rows: Tensor,
                    rope: tuple[Tensor, Tensor], base: int, value_rows: Tensor | None) -> None:
         """Scatter fresh K/V of the computed rows (sparse), or of every tracked row (dense), or
         V of every tracked row and K of the computed ones (values). ``value_rows``: V of every
         tracked row when the identifier already computed it."""
-        m = self.model
-        keys, values = self.keys[layer], self.values[layer]
+        m, tracked = self.model, slice(base, None)
         if self.kv_update == "dense":
-            pos = self.positions[base:]
-            keys[:, :, base:] = m.apply_rope(m.split_heads(blk.k_proj(normed), m.cfg.n_kv_heads),
-                                             *m.rope(pos))
+            self.kv.write(layer, tracked, keys=m.keys(layer, normed, self.rope_tracked))
         else:
-            keys.index_copy_(2, base + rows,
-                             m.apply_rope(m.split_heads(blk.k_proj(nc), m.cfg.n_kv_heads), *rope))
+            self.kv.write(layer, base + rows, keys=m.keys(layer, nc, rope))
         if self.kv_update == "sparse":
-            values.index_copy_(2, base + rows, m.split_heads(blk.v_proj(nc), m.cfg.n_kv_heads))
+            self.kv.write(layer, base + rows, values=m.values(layer, nc))
+        elif value_rows is not None:
+            self.kv.write(layer, tracked, values=m.split_heads(value_rows, m.cfg.n_kv_heads))
         else:
-            v = value_rows if value_rows is not None else blk.v_proj(normed)
-            values[:, :, base:] = m.split_heads(v, m.cfg.n_kv_heads)
+            self.kv.write(layer, tracked, values=m.values(layer, normed))
 
     def _attn_output_layer(self, layer: int, h: Tensor, normed: Tensor, base: int, k_rows: int) -> Tensor:
         """Attention-output identifier: attention must run for every tracked row before the
         selection (why it is the slow identifier); K/V of every row are fresh."""
-        m, blk, n_prompt = self.model, self.model.blocks[layer], self.first_row - base
-        q, k, v = self._project(blk, normed, self.positions[base:])
-        self.keys[layer][:, :, base:] = k
-        self.values[layer][:, :, base:] = v
-        a_all = m.attn_output(layer, m.attend(q, self.keys[layer], self.values[layer]))
+        m, n_prompt = self.model, self.first_row - base
+        q, k, v = m.project_qkv(layer, normed, self.rope_tracked)
+        self.kv.write(layer, slice(base, None), k, v)
+        a_all = m.attn_output(layer, m.attend(q, *self.kv.layer(layer)))
         selected = self._select(layer, a_all[0, n_prompt:], k_rows)
         rows = selected + n_prompt
         if n_prompt:
@@ -225,14 +210,6 @@ class SelectiveCache(Cache):
                             selected, n_prompt)
 
     # ---- identification -----------------------------------------------------------------
-    def _project(self, blk, normed: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Q, K (RoPE'd) and V of normed rows: ``Backbone.qkv`` after its norm."""
-        m = self.model
-        cos, sin = m.rope(pos)
-        q = m.apply_rope(m.split_heads(blk.q_proj(normed), m.cfg.n_heads), cos, sin)
-        k = m.apply_rope(m.split_heads(blk.k_proj(normed), m.cfg.n_kv_heads), cos, sin)
-        return q, k, m.split_heads(blk.v_proj(normed), m.cfg.n_kv_heads)
-
     def _identify(self, layer: int, nr: Tensor, v: Tensor | None = None) -> Tensor:
         """Identifier ``[R, D]`` of the response rows from their normed attention input."""
         blk, ident = self.model.blocks[layer], self.identifier
@@ -260,11 +237,11 @@ class SelectiveCache(Cache):
 
     # ---- statistics ---------------------------------------------------------------------
     def recompute_fractions(self) -> list[float]:
-        steps = max(self.stats.forwards, 1)
+        steps = max(self.stats.nfe, 1)
         return [r / (steps * self.n_rows) for r in self.rows_recomputed]
 
     def extra_stats(self) -> dict:
-        per_layer = self.recompute_fractions() if self.stats.forwards else []
+        per_layer = self.recompute_fractions() if self.stats.nfe else []
         return {"response_refreshes": self.response_refreshes,
                 "recompute_fraction_per_layer": [round(v, 6) for v in per_layer],
                 "recompute_fraction": round(sum(per_layer) / len(per_layer), 6) if per_layer else None}

@@ -1,4 +1,4 @@
-"""SPA-Cache: singular-proxy identification and adaptive layer budgets (METHODS.md §2.3).
+"""SPA-Cache: singular-proxy identification and adaptive layer budgets (docs/METHODS.md §2.3).
 
 On the selective-update mechanism of ``selective.py``: step 0 and every ``refresh_steps``-th
 step are full refreshes (prompt and response), every ``refresh_gen_steps``-th step recomputes
@@ -7,10 +7,11 @@ only the ``int(rho(l) * G)`` response rows whose identifier (by default the rank
 proxy ``S_r B_r^T h`` of the value projection, ``proxies.py``) drifted most since last step.
 
 The layer budget rho(l), t = l / L: a split Gaussian peaking at ``m`` with height ``rho_p`` and
-ends ``rho_1`` (t = 0) and ``rho_L`` (t = 1); per-backbone constants in ``PROFILES``. ``rho_p``
-sets the peak with the ends rescaled in proportion (the reference's max_update_ratio), ``scale``
-multiplies the whole profile, ``left_floor`` clips the left side from below. ``budget:
-uniform`` gives every layer ``rho`` (the paper's ablation).
+ends ``rho_1`` (t = 0) and ``rho_L`` (t = 1); per-backbone constants in ``PROFILES``
+(spa_profiles.py, with the rules of ``profile: auto``). ``rho_p`` sets the peak with the ends
+rescaled in proportion (the reference's max_update_ratio), ``scale`` multiplies the whole
+profile, ``left_floor`` clips the left side from below. ``budget: uniform`` gives every layer
+``rho`` (the paper's ablation).
 """
 from __future__ import annotations
 
@@ -18,13 +19,7 @@ import math
 
 from ..backbones.model import Backbone
 from .selective import SelectiveCache, rows_for_budget
-
-# m, rho_p, rho_1, rho_L (METHODS.md §2.3; Dream's are rescaled so the peak is 0.25)
-PROFILES: dict[str, dict[str, float]] = {
-    "llada-8b-instruct": {"m": 0.75, "rho_p": 0.25, "rho_1": 0.03, "rho_L": 0.13},
-    "llada-1.5": {"m": 0.80, "rho_p": 0.25, "rho_1": 0.03, "rho_L": 0.13},
-    "dream-7b": {"m": 0.5, "rho_p": 0.25, "rho_1": 0.05 * 0.25 / 0.30, "rho_L": 0.25 * 0.25 / 0.30},
-}
+from .spa_profiles import PROFILES
 
 
 def split_gaussian(t: float, m: float, rho_p: float, rho_1: float, rho_L: float,
@@ -45,7 +40,7 @@ def split_gaussian(t: float, m: float, rho_p: float, rho_1: float, rho_L: float,
     return rho
 
 
-def layer_budgets(n_layers: int, profile: str = "llada-8b-instruct", rho_p: float | None = None,
+def layer_budgets(n_layers: int, profile: str, rho_p: float | None = None,
                   scale: float = 1.0, left_floor: float | None = None) -> list[float]:
     """rho(l) for l = 0..L-1 at t = l / L, clipped to 1 (layer 0 runs dense regardless)."""
     c = dict(PROFILES[profile])
@@ -57,35 +52,12 @@ def layer_budgets(n_layers: int, profile: str = "llada-8b-instruct", rho_p: floa
             for i in range(n_layers)]
 
 
-def _interval(name: str, value) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"spa {name} must be an integer >= 1 or null (got {value!r})")
-    return value
-
-
 class SPACache(SelectiveCache):
-    name = "spa"
-
-    def __init__(self, model: Backbone, identifier: str = "singular", rank: int = 128,
-                 budget: str = "adaptive", profile: str = "llada-8b-instruct",
-                 rho_p: float | None = None, scale: float = 1.0, left_floor: float | None = None,
-                 rho: float = 0.25, kv_update: str = "sparse", refresh_steps: int | None = 50,
-                 refresh_gen_steps: int | None = 7, proxies=None):
-        if kv_update not in ("sparse", "dense"):
-            raise ValueError(f"spa kv_update must be sparse or dense (got {kv_update!r})")
-        if budget not in ("adaptive", "uniform"):
-            raise ValueError(f"spa budget must be adaptive or uniform (got {budget!r})")
-        if profile not in PROFILES:
-            raise ValueError(f"spa profile must be one of {', '.join(PROFILES)} (got {profile!r})")
-        for key, v in (("rho_p", rho_p), ("scale", scale), ("left_floor", left_floor)):
-            if v is not None and not v > 0:
-                raise ValueError(f"spa {key} must be > 0 (got {v!r})")
-        if not 0 <= rho <= 1:
-            raise ValueError(f"spa rho must be in [0, 1] (got {rho!r})")
-        self.refresh_steps = _interval("refresh_steps", refresh_steps)
-        self.refresh_gen_steps = _interval("refresh_gen_steps", refresh_gen_steps)
+    def __init__(self, model: Backbone, *, identifier: str, rank: int, budget: str, profile: str,
+                 rho_p: float | None, scale: float, left_floor: float | None, rho: float,
+                 kv_update: str, refresh_steps: int | None, refresh_gen_steps: int | None,
+                 proxies=None):
+        self.refresh_steps, self.refresh_gen_steps = refresh_steps, refresh_gen_steps
         super().__init__(model, identifier=identifier, kv_update=kv_update,
                          rank=rank if identifier == "singular" else None, proxies=proxies)
         n = model.cfg.n_layers

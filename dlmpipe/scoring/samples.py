@@ -4,18 +4,21 @@ Input rows are ``{"task_id", "solution"}`` (a self-contained program, EvalPlus's
 ``{"task_id", "completion"}`` (continues the task's ``code_prefix``, e.g. the HumanEval prompt);
 math/exact tasks take ``completion`` (or ``solution``) as the model's answer text. Output rows
 repeat the input and add per-suite outcomes (``base_status``/``base_passed``, ``plus_status``/
-``plus_passed`` where the task has extended tests), ``passed`` and the ``isolation`` level. The
-pass@1 summary (mean over tasks of the fraction of passing samples) goes to stdout.
+``plus_passed`` where the task has extended tests), ``passed``, the ``isolation`` level and, for
+answer tasks, ``extracted`` and ``extraction_rule``. The pass@1 summary (mean over tasks of the
+fraction of passing samples) goes to stdout, closed by a warning when any sample ran under a level
+weaker than bubblewrap (levels.py).
 """
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from pathlib import Path
 
+from ..io import atomic_write_text
 from ..tasks.registry import load_task
 from .code import Settings
+from .levels import level_caveats, weaker_than_bwrap
 from .score import score_many
 
 SCORER_OPTIONS = ("time_limit", "min_input_time", "time_factor", "case_time_limit",
@@ -53,7 +56,7 @@ def pass_at_1(rows: list[dict], key: str) -> tuple[float, int]:
 
 
 def score_samples(task: str, samples: str | Path, out: str | Path, workers: int = 0,
-                  options: dict | None = None) -> list[dict]:
+                  options: dict | None = None, sandbox: str | None = None) -> list[dict]:
     options = dict(options or {})
     settings = Settings.from_options({k: options.pop(k) for k in SCORER_OPTIONS if k in options})
     tasks = {r["task_id"]: r for r in load_task(task, **options)}
@@ -64,7 +67,8 @@ def score_samples(task: str, samples: str | Path, out: str | Path, workers: int 
         text = r["solution"] if "solution" in r else r["completion"]
         # external samples never saw our response_prefix
         pairs.append(({**row, "response_prefix": ""}, text or ""))
-    results = score_many(pairs, workers, settings, progress=f"score-samples {task}")
+    results = score_many(pairs, workers, settings, progress=f"score-samples {task}",
+                         sandbox=sandbox)
 
     scored = []
     for r, res in zip(rows, results):
@@ -72,15 +76,11 @@ def score_samples(task: str, samples: str | Path, out: str | Path, workers: int 
                    "passed": res["passed"], "detail": res["detail"], "isolation": res["isolation"]}
         if res.get("plus_status") is not None:
             out_row.update(plus_status=res["plus_status"], plus_passed=res["plus_passed"])
+        if "extraction_rule" in res:
+            out_row.update(extracted=res["extracted"], extraction_rule=res["extraction_rule"])
         scored.append(out_row)
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in scored:
-            f.write(json.dumps(row) + "\n")
-    os.replace(tmp, out)
+    atomic_write_text(out, "".join(json.dumps(row) + "\n" for row in scored))
     print(summary(task, scored))
     return scored
 
@@ -92,4 +92,9 @@ def summary(task: str, scored: list[dict]) -> str:
         value, n = pass_at_1(scored, key)
         if n:
             lines.append(f"pass@1 {label}: {100 * value:.2f}% ({n} tasks)")
+    for level in levels:
+        if weaker_than_bwrap(level):
+            n = sum(r["isolation"] == level for r in scored)
+            lines.append(f"WARNING: {n} of {len(scored)} samples ran under {level} isolation, "
+                         f"weaker than bubblewrap: {level_caveats(level)} (docs/SCORING.md)")
     return "\n".join(lines)

@@ -4,20 +4,25 @@ Generated code is hostile until proven otherwise: it may loop, fork, allocate, o
 write anywhere, read secrets, exit early to fake success or kill its parent. Every program gets
 a fresh sandbox and an isolation level that is recorded with its result:
 
-``bwrap`` (preferred): ``setpriv`` drops to uid/gid 65534 with no groups (RLIMIT_NPROC is not
-enforced for uid 0), ``prlimit`` sets address-space, CPU-time, file-size, process-count, core
-and open-file limits, and ``bwrap --unshare-all`` gives the program its own user, PID, network
-(loopback only), IPC and UTS namespaces, a read-only view of /usr (and of the interpreter's
-prefix) and nothing else of the host, a size-capped private tmpfs as cwd/HOME/TMPDIR, a cleared
-environment, ``--die-with-parent`` and ``--new-session``. Where unprivileged user namespaces are
-off but we are root, bwrap runs as root without a user namespace and ``setpriv`` drops the uid
-inside it (the same level).
+``bwrap`` (the default, required unless the user opts out): ``setpriv`` drops to uid/gid 65534
+with no groups (RLIMIT_NPROC is not enforced for uid 0), ``prlimit`` sets address-space,
+CPU-time, file-size, process-count, core and open-file limits, and ``bwrap --unshare-all`` gives
+the program its own user, PID, network (loopback only), IPC and UTS namespaces, a read-only view
+of /usr (and of the interpreter's prefix) and nothing else of the host, a size-capped private
+tmpfs as cwd/HOME/TMPDIR, a cleared environment, ``--die-with-parent`` and ``--new-session``.
+Where unprivileged user namespaces are off but we are root, bwrap runs as root without a user
+namespace and ``setpriv`` drops the uid inside it (the same level).
 
-``process`` (fallback where bwrap or namespaces are unavailable, e.g. some clusters): a separate
-process in its own session with the same rlimits, a cleared environment, a private scratch
-directory as cwd, and uid/gid 65534 when we are root. It shares the host's network and
-filesystem view (read-only only where permissions say so) and a child that calls ``setsid`` can
-outlive the wall-clock kill. Results record ``process`` so such scores can be told apart.
+``process`` (only when the user opts in: where bwrap or namespaces are unavailable, e.g. some
+clusters): a separate process in its own session with the same rlimits, a cleared environment, a
+private scratch directory as cwd, and uid/gid 65534 when we are root; plus every unprivileged
+kernel layer that works here (confine.py): ``landlock`` (the filesystem read-only and reduced to
+bwrap's view, scratch writable; TCP denied, signals scoped where the ABI has them) and
+``seccomp`` (no sockets but AF_UNIX, no ptrace/mount/kexec/namespaces, no leaving the process
+group). The recorded level names the active layers, e.g. ``process+landlock+seccomp``.
+
+Which level runs, and whether it works here, is decided once per process in levels.py (fail
+closed: bwrap unless the user opts in to the process level).
 
 The host kills the whole process group at the wall-clock limit; captured stdout/stderr are
 capped. The verdict comes only from token-authenticated lines the trusted driver (harness.py)
@@ -34,16 +39,18 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .confine import Confinement
 
 NOBODY = 65534
 HARNESS_SOURCE = Path(__file__).with_name("harness.py").read_text()
 FINAL_STATUSES = ("passed", "failed", "timeout", "error")
 _DRAIN_LIMIT = 64 << 20  # bytes read from a flooding program before its pipe is closed
 START_RETRY_S = 90.0     # keep retrying a sandbox that failed to start for this long
+SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # besides /usr
 
 
 @dataclass(frozen=True)
@@ -60,10 +67,11 @@ class Limits:
 
 @dataclass(frozen=True)
 class Isolation:
-    level: str                # "bwrap" or "process": recorded with every result
+    level: str                # "bwrap" or "process[+landlock][+seccomp]": recorded with results
     variant: str              # "userns", "rootns" or "process"
     python: str               # interpreter checked to run inside this sandbox
     ro_paths: tuple[str, ...] = ()
+    layers: tuple[str, ...] = ()  # process only: the confine.py layers applied to each program
 
 
 @dataclass
@@ -88,31 +96,10 @@ class RunResult:
         return bool(self.suites) and all(s.status == "passed" for s in self.suites.values())
 
 
-class SandboxUnavailable(RuntimeError):
-    """No sandbox of the requested level can run Python here."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Choosing and checking the isolation level (once per process)
-
-def _self_check(level: str) -> str:
-    """What must hold inside the sandbox before any generated code runs in it."""
-    lines = ["import os, socket, sys",
-             "assert sys.version_info >= (3, 8), sys.version",
-             "assert not os.access('/usr', os.W_OK), '/usr is writable'"]
-    if _is_root():
-        lines.append("assert os.getuid() != 0 and os.getgid() != 0, 'still root'")
-    if level == "bwrap":
-        lines += ["names = [n for _, n in socket.if_nameindex()]",
-                  "assert names == ['lo'], 'network interfaces visible: %s' % names"]
-    return "\n".join(lines) + "\n"
-
-
-_lock = threading.Lock()
-_cache: dict[str, Isolation] = {}
-
-
 def _tool(name: str) -> str | None:
+    if name == "bwrap" and "DLMPIPE_BWRAP" in os.environ:  # this bwrap, or none when empty
+        path = os.environ["DLMPIPE_BWRAP"]
+        return path if path and os.access(path, os.X_OK) else None
     for d in ("/usr/bin", "/bin", "/usr/sbin", "/sbin"):
         path = os.path.join(d, name)
         if os.access(path, os.X_OK):
@@ -122,76 +109,6 @@ def _tool(name: str) -> str | None:
 
 def _is_root() -> bool:
     return os.geteuid() == 0
-
-
-def _python_candidates() -> list[str]:
-    forced = os.environ.get("DLMPIPE_SANDBOX_PYTHON")
-    if forced:
-        return [forced]
-    seen, out = set(), []
-    for p in ("/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3"),
-              shutil.which("python")):
-        if p and os.access(p, os.X_OK) and os.path.realpath(p) not in seen:
-            seen.add(os.path.realpath(p))
-            out.append(p)
-    return out
-
-
-def _interpreter_paths(python: str) -> tuple[str, ...]:
-    """Directories the interpreter needs that /usr does not cover (a conda or /opt install)."""
-    probe = ("import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, "
-             "sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]))")
-    try:
-        out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True,
-                             timeout=30, env=_clean_env("/tmp")).stdout
-        dirs = json.loads(out)
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return ()
-    keep = []
-    for d in dirs:
-        d = os.path.realpath(d)
-        if d.startswith("/usr/") or d == "/usr" or d in keep:
-            continue
-        if d.rstrip("/").endswith("/bin"):
-            d = os.path.dirname(d)
-        keep.append(d)
-    return tuple(sorted(set(keep)))
-
-
-def isolation(level: str | None = None) -> Isolation:
-    """The sandbox this process uses, chosen once and checked by running Python inside it.
-
-    ``level``: ``auto`` (default; env ``DLMPIPE_SANDBOX``), ``bwrap`` or ``process``. Asking for
-    ``bwrap`` where it cannot work raises instead of silently weakening the isolation.
-    """
-    level = level or os.environ.get("DLMPIPE_SANDBOX", "auto")
-    if level not in ("auto", "bwrap", "process"):
-        raise ValueError(f"DLMPIPE_SANDBOX must be auto, bwrap or process, not {level!r}")
-    with _lock:
-        if level not in _cache:
-            _cache[level] = _choose(level)
-        return _cache[level]
-
-
-def _choose(level: str) -> Isolation:
-    errors = []
-    variants = []
-    if level in ("auto", "bwrap") and _tool("bwrap"):
-        variants += ["userns"] + (["rootns"] if _is_root() else [])
-    if level in ("auto", "process"):
-        variants.append("process")
-    for variant in variants:
-        for python in _python_candidates():
-            iso = Isolation("process" if variant == "process" else "bwrap", variant, python,
-                            _interpreter_paths(python))
-            result = run_suites(_self_check(iso.level),
-                                [{"name": "check", "format": "assert", "code": "pass"}],
-                                wall_s=30, iso=iso, start_retry_s=0)
-            if result.passed:
-                return iso
-            errors.append(f"{variant} with {python}: {result.suites} {result.stderr[-300:]}")
-    raise SandboxUnavailable("no working sandbox (%s): %s" % (level, "; ".join(errors) or
-                                                             "bwrap not installed"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +131,7 @@ def _bwrap_args(iso: Isolation, limits: Limits, userns: bool) -> list[str]:
                ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                 "--unshare-cgroup-try"])
     args = [*unshare, "--as-pid-1", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    for top in SYSTEM_DIRS:
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
@@ -243,7 +160,12 @@ def _command(iso: Isolation, limits: Limits, cpu_s: int, signal_fd: int) -> list
         caps = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         return [_tool("bwrap"), *_bwrap_args(iso, limits, userns=False), *caps, "--",
                 *drop, *rlimits, *python]
-    return [*rlimits, *python]  # process: Popen drops the uid (no preexec_fn: threads)
+    return [*rlimits, *python]  # process: Popen drops the uid, confine.py restricts the child
+
+
+def _host_view(iso: Isolation) -> list[str]:
+    """What a process-level program may read: the paths bwrap binds read-only."""
+    return ["/usr", *SYSTEM_DIRS, *iso.ro_paths, "/etc/ld.so.cache"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,7 +187,10 @@ def run_suites(program: str, suites: list[dict], *, wall_s: float | None = None,
                limits: Limits = Limits(), iso: Isolation | None = None,
                load_time_limit: float = 10.0, start_retry_s: float = START_RETRY_S) -> RunResult:
     """Run ``program`` then each test suite in one fresh sandbox; one outcome per suite."""
-    iso = iso or isolation()
+    if iso is None:
+        from .levels import isolation  # levels.py checks levels by calling run_suites
+
+        iso = isolation()
     wall = float(wall_s or default_wall_s(suites, load_time_limit))
     cpu_s = math.ceil(wall) + 1
     token = secrets.token_hex(16)
@@ -275,7 +200,7 @@ def run_suites(program: str, suites: list[dict], *, wall_s: float | None = None,
                       "nproc": limits.nproc, "nofile": limits.nofile, "core": 0}}
     payload = json.dumps(job).encode()
 
-    scratch = None
+    scratch, confinement = None, None
     popen_kwargs: dict = {}
     if iso.variant == "process":
         scratch = tempfile.mkdtemp(prefix="dlmpipe-scratch-")
@@ -289,6 +214,9 @@ def run_suites(program: str, suites: list[dict], *, wall_s: float | None = None,
     give_up = time.monotonic() + start_retry_s
     attempt = 0
     try:
+        if iso.layers:  # applied in the child after the uid drop, before exec
+            confinement = Confinement(iso.layers, _host_view(iso), scratch)
+            popen_kwargs["preexec_fn"] = confinement.apply
         while True:
             rc, timed_out, out, err, sig, elapsed = _execute(
                 iso, limits, cpu_s, wall, payload, env, popen_kwargs)
@@ -299,6 +227,8 @@ def run_suites(program: str, suites: list[dict], *, wall_s: float | None = None,
             attempt += 1
             time.sleep(min(0.25 * 2 ** attempt, 5.0))
     finally:
+        if confinement:
+            confinement.close()
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     outcomes = _outcomes(suites, sig, token, rc, timed_out)

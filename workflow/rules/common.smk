@@ -30,6 +30,12 @@ def as_json(value):
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def in_campaign_order(value):
+    """JSON keeping the campaign's order of methods and sweep points (the order of a paper
+    table's rows and of a sweep's categories), unlike as_json's sorted keys."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 def checkpoint_dir(backbone):
     """Where a backbone's weights live: trained by the workflow (toy) or a local directory."""
     if CAMPAIGN.is_toy(backbone):
@@ -47,17 +53,23 @@ def backbone_input(wildcards):
 
 
 def task_input(wildcards):
-    """A local task source is an input: editing the file rebuilds the task (dataset ids are not)."""
-    source = config["tasks"][wildcards.task].get("source")
-    return [source] if source and Path(source).expanduser().exists() else []
+    """Local task files are inputs: editing one rebuilds the task (dataset ids are not). Besides
+    `source`, a task may read `base_source` (ET's base benchmark, PubMedQA's questions) and
+    `fewshot_source` (exemplars)."""
+    options = config["tasks"][wildcards.task]
+    files = [options.get(key) for key in ("source", "base_source", "fewshot_source")]
+    return [f for f in files if f and Path(f).expanduser().exists()]
 
 
 def generate_params(wildcards):
-    """Everything a generate job's result depends on, besides its input files."""
+    """Everything a generate job's result depends on, besides its input files. The method's
+    parameters are this backbone's and task's: overrides applied, `auto` parameters chosen for
+    the checkpoint (dlmpipe.campaign), so changing them reruns exactly these jobs."""
     return {
-        "method": CAMPAIGN.method(wildcards.method, wildcards.task),
+        "method": CAMPAIGN.method(wildcards.method, wildcards.task, wildcards.backbone),
         "seed": config["seed"],
         "device": config["device"],
+        "compile": config["compile"],
     }
 
 
@@ -79,6 +91,20 @@ def generate_threads(wildcards=None):
     return 1 if generate_gpus() > 0 else workflow.cores
 
 
+def score_threads(wildcards=None):
+    """Programs a score job runs at once: all cores unless the campaign says."""
+    return RESOURCES["score"]["threads"] or workflow.cores
+
+
+def score_sandbox():
+    """The isolation level of score jobs: config `sandbox`, else $DLMPIPE_SANDBOX, else bwrap.
+    Resolved here and passed as a param, so a change reruns the score jobs; whether the level
+    works is checked by each score job before it runs any program (never at parse time)."""
+    from dlmpipe.scoring.levels import requested_level
+
+    return requested_level(config["sandbox"])
+
+
 def all_scores(wildcards=None):
     return [
         f"{R}/scores/{b}/{t}/{m}.parquet"
@@ -91,18 +117,20 @@ def all_scores(wildcards=None):
 def proxies_input(wildcards):
     """The backbone's proxies file for methods that read it (generate jobs of other methods get
     none, so adding SPA methods reruns nothing else)."""
-    if CAMPAIGN.needs_proxies(wildcards.method):
+    if CAMPAIGN.needs_proxies(wildcards.method, wildcards.backbone, wildcards.task):
         return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
     return []
 
 
 def timing_params(wildcards):
-    """Everything a timing job's result depends on: every method as its generate job decodes it
-    (in campaign order: the interleaving order), seed, device, samples and repeats."""
+    """Everything a timing job's result depends on: every method as its generate job on this
+    backbone and task decodes it (in campaign order: the interleaving order), seed, device,
+    compile, samples and repeats."""
     return {
-        "methods": [CAMPAIGN.method(m, wildcards.task) for m in CAMPAIGN.methods],
+        "methods": [CAMPAIGN.method(m, wildcards.task, wildcards.backbone) for m in CAMPAIGN.methods],
         "seed": config["seed"],
         "device": config["device"],
+        "compile": config["compile"],
         **config["timing"],
     }
 
@@ -112,7 +140,7 @@ def all_timing(wildcards=None):
 
 
 def timing_proxies_input(wildcards):
-    """The backbone's proxies file when any method of the campaign reads it."""
-    if any(map(CAMPAIGN.needs_proxies, CAMPAIGN.methods)):
+    """The backbone's proxies file when any method of the campaign reads it on this task."""
+    if any(CAMPAIGN.needs_proxies(m, wildcards.backbone, wildcards.task) for m in CAMPAIGN.methods):
         return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
     return []

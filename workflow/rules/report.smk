@@ -1,4 +1,5 @@
-# Report: the summary table and the Pareto plots, registered for `snakemake --report`.
+# Report: the summary table and the Pareto plots, registered for `snakemake --report` (the paper
+# tables and sweep figures: tables.smk).
 
 
 rule summarize:
@@ -15,6 +16,12 @@ rule summarize:
             category="Summary",
             labels={"table": "summary"},
         ),
+        isolation=report(
+            f"{R}/isolation.html",
+            caption="../report/isolation.rst",
+            category="Summary",
+            labels={"table": "sandbox isolation"},
+        ),
     params:
         reference=config["reference_method"],
         also_against=" ".join(config["also_speedup_against"]),
@@ -26,7 +33,8 @@ rule summarize:
     shell:
         "python -m dlmpipe summarize --scores {input.scores} --timing {input.timing}"
         " --reference {params.reference} --also-against {params.also_against} --seed {params.seed}"
-        " --out-parquet {output.parquet} --out-csv {output.csv} > {log} 2>&1"
+        " --out-parquet {output.parquet} --out-csv {output.csv}"
+        " --out-isolation {output.isolation} > {log} 2>&1"
 
 
 rule plot:
@@ -42,7 +50,7 @@ rule plot:
             ],
             caption="../report/pareto.rst",
             category="Pareto fronts",
-            labels={"backbone": "{backbone}", "task": "{task}"},
+            labels={"backbone": "{backbone}", "task": "{task}", "figure": "Pareto front"},
         ),
     log:
         f"{R}/logs/plot.log",

@@ -8,7 +8,9 @@ rule score:
         task=rules.generate.input.task,
     output:
         f"{R}/scores/{{backbone}}/{{task}}/{{method}}.parquet",
-    threads: RESOURCES["score"]["threads"] or workflow.cores
+    params:
+        sandbox=score_sandbox(),
+    threads: score_threads
     resources:
         mem_mb=RESOURCES["score"]["mem_mb"],
         runtime=RESOURCES["score"]["runtime"],
@@ -18,4 +20,6 @@ rule score:
         "../../envs/score.yaml"
     shell:
         "python -m dlmpipe score --generations {input.generations} --task-file {input.task}"
-        " --out {output} --workers {threads} > {log} 2>&1"
+        " --out {output} --workers {threads} --sandbox {params.sandbox} > {log} 2>&1"
+        # a failure's reason (e.g. no usable sandbox: nothing ran) in Snakemake's own output too
+        " || {{ tail -n 12 {log} >&2; exit 1; }}"

@@ -15,6 +15,7 @@ rule time_methods:
         methods=lambda w: as_json(timing_params(w)["methods"]),
         seed=config["seed"],
         device=config["device"],
+        compile=config["compile"],
         samples=config["timing"]["samples"],
         repeats=config["timing"]["repeats"],
     # the generate jobs' device and threads: the times are of the decoding they measure
@@ -32,5 +33,6 @@ rule time_methods:
     shell:
         "python -m dlmpipe time-methods --manifest {input.manifest} --task-file {input.task}"
         " --methods {params.methods:q} --seed {params.seed} --device {params.device}"
+        " --compile {params.compile}"
         " --samples {params.samples} --repeats {params.repeats} --proxies={input.proxies:q}"
         " --out {output} > {log} 2>&1"

@@ -1,0 +1,89 @@
+"""Models and logits the engine and sampler tests share.
+
+- random tiny backbones of both families, built in memory (no checkpoint);
+- the toy backbone briefly trained and saved in LLaDA's format (cached per session);
+- ``decode_method``: one sample decoded with a config method (sampler + cache specs);
+- hand-built logits for the sampler rules (a 12-token vocabulary, MASK = 11, a 3-token prompt).
+On-disk checkpoints of the real formats live in tests/checkpoints.py.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from dlmpipe.backbones.model import Backbone, BackboneConfig
+from dlmpipe.decode import DecodeResult, decode
+from dlmpipe.methods import build_method
+
+VOCAB = 64
+MASK_ID = 63
+STOP_ID = 0
+FAMILIES = ["llada", "dream"]
+
+
+def tiny_backbone(family: str = "llada", seed: int = 0, n_layers: int = 3, d_model: int = 64,
+                  n_heads: int = 4, n_kv_heads: int | None = None, scale: float = 0.3) -> Backbone:
+    """A random model whose logits are peaked enough for decoding decisions to matter."""
+    dream = family == "dream"
+    cfg = BackboneConfig(family=family, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                         n_kv_heads=n_kv_heads or (2 if dream else n_heads), mlp_hidden=2 * d_model,
+                         vocab_size=VOCAB, rope_theta=10000.0, norm_eps=1e-5, qkv_bias=dream,
+                         mask_id=MASK_ID, stop_ids=[STOP_ID], pad_id=STOP_ID, logit_shift=dream)
+    g = torch.Generator().manual_seed(seed)
+    model = Backbone(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(scale * torch.randn(p.shape, generator=g) / (p.shape[-1] ** 0.5 if p.dim() == 2 else 1))
+    return model.eval().requires_grad_(False)
+
+
+def random_prompt(length: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 + seed)
+    return torch.randint(1, MASK_ID, (length,), generator=g)
+
+
+def decode_method(model: Backbone, sampler: dict, cache: dict, prompt: torch.Tensor,
+                  gen_len: int = 16, seed: int | None = None, artifacts: dict | None = None) -> DecodeResult:
+    """Decode one sample with ``{"sampler": sampler, "cache": cache}`` (defaults filled by the
+    registry); ``seed`` seeds the sampler's generator (temperature > 0, random orders)."""
+    s, c = build_method({"sampler": sampler, "cache": cache}, model, artifacts)
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    return decode(model, s, c, prompt, gen_len, generator)
+
+
+# ---- the trained toy backbone ---------------------------------------------------------------
+def toy_checkpoint_dir(root: Path, steps: int = 40) -> Path:
+    """Train the toy backbone for a few steps (seconds) and return its checkpoint directory
+    (the session fixture ``toy_checkpoint`` in conftest.py trains it once for every test)."""
+    from dlmpipe.backbones.toy import train_toy
+
+    out = root / f"toy-{steps}"
+    train_toy(out, seed=0, steps=steps, batch_size=16, log=lambda *_: None)
+    return out
+
+
+# ---- hand-built logits for the sampler rules --------------------------------------------------
+HAND_VOCAB, HAND_MASK, HAND_PROMPT = 12, 11, 3
+
+
+def logits_for(tokens: list[int], probs: list[float]) -> torch.Tensor:
+    """Rows whose softmax gives ``probs[i]`` to ``tokens[i]`` (the rest spread evenly, MASK
+    included)."""
+    rows = []
+    for t, p in zip(tokens, probs):
+        row = torch.full((HAND_VOCAB,), math.log((1 - p) / (HAND_VOCAB - 1)), dtype=torch.float64)
+        row[t] = math.log(p)
+        rows.append(row)
+    return torch.stack(rows).float()
+
+
+def start(sampler, gen_len: int) -> torch.Tensor:
+    """A sequence of the 3-token prompt and ``gen_len`` masks, the sampler begun on it."""
+    x = torch.cat([torch.tensor([1, 2, 3]), torch.full((gen_len,), HAND_MASK)])
+    sampler.begin(HAND_PROMPT, gen_len, HAND_MASK)
+    return x

@@ -1,0 +1,180 @@
+"""Every cache at its degenerate setting reproduces full recompute, token for token, on both
+backbone families (docs/ARCHITECTURE.md, testing shape); and every registered method is
+importable, registered and paired correctly (dlmpipe/registry.py).
+
+A new cache adds one row to ``DEGENERATE``; ``test_every_cache_has_a_degenerate_row`` fails
+until it does.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+import torch
+
+import dlmpipe.engine
+import dlmpipe.samplers
+from dlmpipe import registry
+from dlmpipe.engine.base import Cache
+from dlmpipe.samplers.base import Sampler
+
+from .models import FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbone
+
+SABER = {"name": "saber", "n": 2, "mu": 2}
+LLADA_BLOCKS = {"name": "llada_confidence", "block_length": 8, "steps": 16}
+THRESHOLD_ONE_BLOCK = {"name": "threshold", "tau": 0.3, "block_length": None}
+SPA_EXACT = {"name": "spa", "rank": 16, "budget": "uniform", "rho": 1.0, "refresh_steps": 1}
+# Dream's native sampler as the papers ran it: SPA-Cache/dLLM-Cache sampled (temperature 0.2,
+# top_p 0.95, entropy), Archer/Saber deterministic; and its other confidences and draws
+DREAM_SAMPLED = {"name": "dream", "alg": "entropy", "temperature": 0.2, "top_p": 0.95}
+# (steps G / 2: every step unmasks >= 1 token; with steps G the first unmasks floor(0.999) = 0,
+# and Archer K = 1 rightly reuses its snapshot of an unchanged state)
+DREAM_GREEDY = {"name": "dream", "alg": "maskgit_plus", "steps": 8}
+DREAM_MARGIN_DRAWN = {"name": "dream", "alg": "topk_margin", "alg_temp": 0.5, "top_k": 8}
+DREAM_ORIGIN = {"name": "dream", "alg": "origin", "steps": 8}
+
+
+def row(sampler: dict, cache: dict, **stats) -> tuple[dict, dict, dict]:
+    """A cache at its degenerate setting under a sampler; ``stats`` it must also report."""
+    return sampler, cache, stats
+
+
+# id -> (sampler, cache at its degenerate setting, expected stats). The reference is the same
+# sampler over full recompute; every forward of the degenerate setting is a full one.
+DEGENERATE = {
+    "archer-k1/saber": row(SABER, {"name": "archer", "K": 1}),
+    "archer-k1/llada": row(LLADA_BLOCKS, {"name": "archer", "K": 1}),
+    "fast_dllm_prefix/llada": row({"name": "llada_confidence"}, {"name": "fast_dllm_prefix", "refresh_interval": 1}),
+    "fast_dllm_dual/llada": row({"name": "llada_confidence"}, {"name": "fast_dllm_dual", "refresh_interval": 1}),
+    "fast_dllm_prefix/threshold": row(THRESHOLD_ONE_BLOCK, {"name": "fast_dllm_prefix", "refresh_interval": 1}),
+    "fast_dllm_dual/threshold": row(THRESHOLD_ONE_BLOCK, {"name": "fast_dllm_dual", "refresh_interval": 1}),
+    "dkv_decode/llada": row({"name": "llada_confidence", "block_length": 8},
+                            {"name": "dkv_decode", "refresh_interval": 1}),
+    "dkv_greedy/random_order": row({"name": "random_order", "block_length": 8},
+                                {"name": "dkv_greedy", "refresh_interval": 1, "window": 2}),
+    "dkv_greedy/factor": row({"name": "factor", "f": 1.0, "block_length": 8},
+                             {"name": "dkv_greedy", "refresh_interval": 1}),
+    "spa-sparse/llada": row(LLADA_BLOCKS, {**SPA_EXACT, "kv_update": "sparse"}, recompute_fraction=1.0),
+    "spa-dense/llada": row(LLADA_BLOCKS, {**SPA_EXACT, "kv_update": "dense"}, recompute_fraction=1.0),
+    "spa-value/saber": row(SABER, {**SPA_EXACT, "identifier": "value"}, recompute_fraction=1.0),
+    "dllm_cache-rho0.25/llada": row(LLADA_BLOCKS, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 0.25},
+                                    recompute_fraction=1.0),
+    "dllm_cache-rho1/llada": row(LLADA_BLOCKS, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 1.0},
+                                 recompute_fraction=1.0),
+    # under Dream's native sampler (no blocks: the block-serving caches serve the whole response)
+    "archer-k1/dream": row(DREAM_GREEDY, {"name": "archer", "K": 1}),
+    "fast_dllm_prefix/dream": row(DREAM_SAMPLED, {"name": "fast_dllm_prefix", "refresh_interval": 1}),
+    "fast_dllm_dual/dream": row(DREAM_MARGIN_DRAWN, {"name": "fast_dllm_dual", "refresh_interval": 1}),
+    "dkv_decode/dream": row(DREAM_ORIGIN, {"name": "dkv_decode", "refresh_interval": 1}),
+    "dkv_greedy/dream": row(DREAM_MARGIN_DRAWN, {"name": "dkv_greedy", "refresh_interval": 1}),
+    "spa-sparse/dream": row(DREAM_SAMPLED, {**SPA_EXACT, "kv_update": "sparse"}, recompute_fraction=1.0),
+    "dllm_cache-rho0.25/dream": row(DREAM_SAMPLED, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 0.25},
+                                    recompute_fraction=1.0),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", list(DEGENERATE))
+def test_degenerate_setting_equals_full_recompute(family, name, device):
+    """``device``: cpu, and cuda where available (tests/conftest.py; device_check runs it on cuda)."""
+    sampler, cache, stats = DEGENERATE[name]
+    for seed in (0, 1, 2):
+        model = tiny_backbone(family, seed=seed, n_layers=4).to(device)
+        for p_len in (5, 24):
+            prompt = random_prompt(p_len, seed)
+            ref = decode_method(model, sampler, {"name": "none"}, prompt, seed=seed)
+            got = decode_method(model, sampler, cache, prompt, seed=seed)
+            assert torch.equal(got.response, ref.response), (seed, p_len)
+            for key in ("steps", "nfe", "revisions"):
+                assert got.stats[key] == ref.stats[key], (key, seed, p_len)
+            assert ref.stats["nfe"] == ref.stats["steps"]
+            assert got.stats["cached_forwards"] == 0 and got.stats["refreshes"] == got.stats["nfe"] - 1
+            assert (got.response != MASK_ID).all()
+            assert {k: got.stats[k] for k in stats} == stats
+
+
+def test_every_cache_has_a_degenerate_row():
+    covered = {cache["name"] for _, cache, _ in DEGENERATE.values()}
+    assert covered == set(registry.CACHES) - {"none"}
+
+
+# ---- the registry is complete and every entry loads -----------------------------------------
+def _classes(package, base) -> set[type]:
+    """Concrete (not abstract) subclasses of ``base`` defined in the package's modules."""
+    found = set()
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if issubclass(obj, base) and obj.__module__ == module.__name__ and not inspect.isabstract(obj):
+                found.add(obj)
+    return found
+
+
+def test_every_sampler_and_cache_class_is_registered_and_every_entry_loads():
+    registered = {c.load() for table in registry.KINDS.values() for c in table.values()}
+    assert _classes(dlmpipe.samplers, Sampler) <= registered
+    assert _classes(dlmpipe.engine, Cache) <= registered
+    for table in registry.KINDS.values():
+        for c in table.values():
+            declared = {n for cls in c.load().__mro__ if "__init__" in cls.__dict__
+                        for n, p in inspect.signature(cls.__init__).parameters.items()
+                        if p.kind == p.KEYWORD_ONLY}
+            # constructor and registry declare the same parameters (and artifact keywords)
+            assert declared == set(c.params) | set(c.artifacts), c.name
+
+
+# ---- pairing: what the registry allows runs, what it refuses would read unserved rows -------
+def _rows_read(sampler_rows: str, x: torch.Tensor, prompt_len: int, block, due) -> torch.Tensor:
+    response = x[prompt_len:]
+    rows = torch.zeros_like(response, dtype=torch.bool)
+    if sampler_rows == "all_rows":
+        rows[:] = True
+        return rows
+    rows[block[0]:block[1]] = True
+    if sampler_rows == "masked_rows":
+        rows &= response == MASK_ID
+        if due is not None:
+            rows &= torch.isin(torch.arange(rows.numel()), due)
+    return rows
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
+    """For every sampler x cache the registry allows, decode and check at every step that the
+    rows the sampler reads hold finite logits; refused pairs are refused by check_pairing."""
+    from dlmpipe.decode import decode
+    from dlmpipe.methods import build_cache, build_sampler, check_pairing
+
+    model = tiny_backbone(family, seed=3)
+    prompt = random_prompt(9, 3)
+    samplers = {"llada_confidence": {"block_length": 8}, "saber": {"block_length": 8},
+                "threshold": {"block_length": 8}, "factor": {"block_length": 8},
+                "random_order": {"block_length": 8}, "dream": {"alg": "entropy"}}
+    assert set(samplers) == set(registry.SAMPLERS)
+    refused = set()
+    for s_name, s_params in samplers.items():
+        for c_name in registry.CACHES:
+            if registry.pairing_problem(s_name, c_name):
+                with pytest.raises(ValueError, match=f"cache '{c_name}' gives fresh logits only for "
+                                                     f".*; sampler '{s_name}' reads"):
+                    check_pairing(s_name, c_name)
+                refused.add((s_name, c_name))
+                continue
+            sampler = build_sampler({"name": s_name, **s_params})
+            cache = build_cache({"name": c_name, **({"rank": 8} if c_name == "spa" else {})}, model)
+            reads = registry.SAMPLERS[s_name].rows
+            inner = cache.response_logits
+
+            def checked(x, block, inner=inner, reads=reads, sampler=sampler):
+                logits = inner(x, block)
+                rows = _rows_read(reads, x, prompt.shape[0], block, sampler.due_positions())
+                assert torch.isfinite(logits[rows]).all(), (s_name, c_name)
+                return logits
+
+            cache.response_logits = checked
+            out = decode(model, sampler, cache, prompt, 16, torch.Generator().manual_seed(0))
+            assert (out.response != MASK_ID).all(), (s_name, c_name)
+    # rollback re-scores every response row: only the caches that leave rows stale refuse it
+    assert refused == {("saber", c) for c in ("fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy")}

@@ -1,0 +1,86 @@
+"""Driving this repository's Snakemake workflow from tests, and reading what it plans.
+
+``run_snakemake`` runs the workflow in its own working directory; the parsers read a dry run's
+'Job stats' table and its scheduled jobs; ``fake_finished_run`` makes a workdir look like a
+finished run (every output created empty, then ``--touch`` records the metadata, params
+included, that a real run would) so rerun decisions can be checked in seconds.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = Path(__file__).resolve().parent / "configs"
+DIRECTORY_RULES = {"train_toy", "plot", "plot_sweeps"}  # rules whose output is a directory
+
+
+def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None,
+                  check: bool = True) -> subprocess.CompletedProcess:
+    """Run this repository's workflow in ``workdir`` (its own .snakemake and results)."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
+           "--directory", str(workdir), *args]
+    if configfile is not None:
+        cmd += ["--configfile", str(configfile)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    """The first 'Job stats' table of a dry run: rule -> number of jobs."""
+    table = stdout.split("Job stats:", 1)[1].split("total", 1)[0]
+    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+def job_blocks(stdout: str) -> list[tuple[str, str]]:
+    """(rule, body) of every job a dry run printed."""
+    return re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", stdout, re.M)
+
+
+def scheduled(stdout: str) -> set[tuple]:
+    """Jobs of a dry run as (rule, backbone, task, method), absent wildcards as None; 'all' left out."""
+    jobs = set()
+    for rule, body in job_blocks(stdout):
+        w = dict(re.findall(r"(\w+)=([^,\s]+)", (re.findall(r"wildcards: (.*)", body) or [""])[0]))
+        if rule != "all":
+            jobs.add((rule, w.get("backbone"), w.get("task"), w.get("method")))
+    return jobs
+
+
+def fake_finished_run(workdir: Path, config: Path) -> None:
+    """Every output created empty, then the metadata a real run records (params included)."""
+    summary = run_snakemake(workdir, "--summary", configfile=config).stdout
+    for line in summary.splitlines()[1:]:
+        path, rule = line.split("\t")[0], line.split("\t")[2]
+        if rule in DIRECTORY_RULES:
+            (workdir / path).mkdir(parents=True, exist_ok=True)
+        else:
+            (workdir / path).parent.mkdir(parents=True, exist_ok=True)
+            (workdir / path).touch()
+    run_snakemake(workdir, "--touch", "--forceall", "--cores", "1", configfile=config)
+    proc = run_snakemake(workdir, "-n", configfile=config)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def expected_counts(campaign) -> dict[str, int]:
+    """Jobs per rule a campaign should plan (dlmpipe.campaign.Campaign)."""
+    b, t, m = len(campaign.backbones), len(campaign.tasks), len(campaign.methods)
+    counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
+              "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
+              "plot": 1, "plot_sweeps": 1, "all": 1,
+              "time_methods": b * t}  # every method timed together, per (backbone, task)
+    if campaign.config["tables"]:
+        counts["tables"] = 1  # every paper table of the campaign, one local job
+    # one SVD per backbone that an SPA method (singular proxy) decodes
+    if (svd := sum(any(campaign.needs_proxies(m, bb) for m in campaign.methods)
+                   for bb in campaign.backbones)):
+        counts["svd"] = svd
+    shards = campaign.config["shards"]
+    if shards > 1:  # N generate jobs per method, joined by one merge before scoring
+        counts["generate"] *= shards
+        counts["merge_generations"] = b * t * m
+    return counts
