@@ -120,6 +120,9 @@ class Component:
     artifacts: dict[str, Callable[[dict], bool]] = field(default_factory=dict)
     #: checks of the filled parameters against a task's gen_length; each returns a problem or None
     checks: tuple[Callable[[dict, int], str | None], ...] = ()
+    #: cache: keeps a prompt snapshot whose next refresh can be forced or withheld
+    #: (``Cache.force_next``), which the matched-state intervention needs (docs/ANALYSES.md)
+    feedback_intervention: bool = False
 
     def load(self) -> type:
         module, _, cls = self.target.partition(":")
@@ -187,7 +190,8 @@ CACHES = _registry(
                "default": 8},
          "refresh": choice(["distance", "age"], "distance",
                            "distance (Hamming distance to the anchor >= K) or age (every A updates)"),
-         "A": integer(8, "refresh age for refresh=age")}),
+         "A": integer(8, "refresh age for refresh=age")},
+        feedback_intervention=True),
     Component(
         "fast_dllm_prefix", "dlmpipe.engine.fast_dllm:FastDLLMPrefixCache",
         "Fast-dLLM prefix cache: a full forward at each block start; later steps recompute the "

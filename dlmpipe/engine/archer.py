@@ -46,6 +46,7 @@ class ArcherCache(Cache):
         self.anchor: Tensor | None = None
         self.updates_since_refresh = 0
         self.refresh_distances = []
+        self.forced: bool | None = None  # force_next: the next forward's decision, once
 
     def _needs_refresh(self, response: Tensor) -> bool:
         if self.refresh == "age":
@@ -59,12 +60,18 @@ class ArcherCache(Cache):
         if self.anchor is None:
             return self._full_forward(x)
         self.updates_since_refresh += 1
-        if self._needs_refresh(response):
+        forced, self.forced = self.forced, None
+        if self._needs_refresh(response) if forced is None else forced:
             self.stats.refreshes += 1
             self.refresh_distances.append(hamming_distance(response, self.anchor))
             return self._full_forward(x)
         self.stats.cached_forwards += 1
         return self._cached_forward(x)
+
+    def force_next(self, refresh: bool) -> None:
+        """Next forward: a refresh that re-anchors (``refresh``), or the cached path over the
+        current prompt snapshot; counted like the rule's own decisions."""
+        self.forced = bool(refresh)
 
     def _full_forward(self, x: Tensor) -> Tensor:
         """Exact logits and every layer's K/V under the current response; re-anchor."""

@@ -18,6 +18,7 @@ class Sampler(ABC):
         self.done = False
         self.first_token: Tensor | None = None  # token first held by each position (revisions)
         self.revised: Tensor | None = None
+        self.last_action: tuple[Tensor, Tensor, Tensor] | None = None
 
     @property
     def block(self) -> tuple[int, int]:
@@ -27,6 +28,12 @@ class Sampler(ABC):
     @abstractmethod
     def step(self, x: Tensor, logits: Tensor) -> None:
         """Update ``x [N]`` in place from response logits ``[G, V]``."""
+
+    #: The last step's action when the sampler records it: (accepted positions, the tokens
+    #: written there, re-masked positions), response coordinates. Saber records it
+    #: (a position can be accepted and re-masked in one step); None: the shadow probe derives
+    #: it from the states before and after the step (docs/ANALYSES.md).
+    last_action: tuple[Tensor, Tensor, Tensor] | None = None
 
     def due_positions(self) -> Tensor | None:
         """Response positions the next ``step`` will decode, when they are fixed before the

@@ -75,6 +75,7 @@ class Saber(Sampler):
         self.committed[idx] = True
         self.acc[idx] = p[idx]
         self.accepted_total += k
+        self.last_action = (idx, tok[idx], idx[:0])
         self.steps += 1
         self.block_step += 1
         self._track(response.cpu())
@@ -101,6 +102,7 @@ class Saber(Sampler):
         response[worst.to(device)] = self.mask_id
         self.committed[worst] = False
         self.remasked_total += int(worst.numel())
+        self.last_action = (idx, tok[idx], worst)
         self._track(response.cpu())
 
     def stats(self) -> dict:
