@@ -52,6 +52,7 @@ include: "workflow/rules/tasks.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/analyses.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -69,4 +70,5 @@ rule all:
     input:
         rules.summarize.output,
         rules.plot.output,
+        analysis_outputs,  # the config's `analyses:` (docs/ANALYSES.md); none by default
     default_target: True

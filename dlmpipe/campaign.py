@@ -252,9 +252,44 @@ class Campaign:
             if self.methods and other not in self.methods:
                 problems.append(f"also_speedup_against.{i}: {other!r} is not a method of this "
                                 f"campaign (methods: {', '.join(self.methods)})")
+        self.analyses, found = self._expand_analyses()
+        problems += found
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
         self.origin = origin
+
+    def _expand_analyses(self) -> tuple[dict[str, dict[tuple[str, str, str], dict]], list[str]]:
+        """analysis -> {(backbone, task, method): options} (docs/ANALYSES.md), and the problems:
+        names that are not in the campaign, a target listed twice, an intervention on a cache
+        without a prompt snapshot."""
+        out: dict[str, dict[tuple[str, str, str], dict]] = {}
+        problems: list[str] = []
+        known = {"methods": list(self.methods), "tasks": self.tasks, "backbones": self.backbones}
+        for kind, entries in self.config["analyses"].items():
+            out[kind] = {}
+            for n, entry in enumerate(entries):
+                where = f"analyses.{kind}[{n}]"
+                names = {k: entry[k] if entry.get(k) is not None else known[k] for k in known}
+                for k in known:
+                    for j, name in enumerate(names[k]):
+                        if name not in known[k]:
+                            problems.append(f"{where}.{k}[{j}]: {name!r} is not one of this "
+                                            f"campaign's {k} ({', '.join(known[k])})")
+                if kind == "intervention":
+                    for m in names["methods"]:
+                        cache = self.methods.get(m, {}).get("cache", {}).get("name")
+                        if cache and not registry.lookup("cache", cache).feedback_intervention:
+                            able = [c for c, e in registry.CACHES.items() if e.feedback_intervention]
+                            problems.append(f"{where}.methods: {m!r} decodes with cache {cache!r}, "
+                                            "which has no prompt snapshot to keep or rebuild; the "
+                                            f"intervention needs one of: {', '.join(able)}")
+                options = {k: v for k, v in entry.items() if k not in known}
+                for target in itertools.product(names["backbones"], names["tasks"], names["methods"]):
+                    if target in out[kind]:
+                        problems.append(f"{where}: {'/'.join(target)} is already analysed by an "
+                                        f"earlier entry of analyses.{kind}")
+                    out[kind][target] = options
+        return out, problems
 
     def _backbone_problems(self) -> list[str]:
         problems = []
@@ -296,6 +331,16 @@ class Campaign:
         """The method's generate jobs read the backbone's singular proxies
         (``backbones/{b}/proxies.safetensors``, written by the svd rule)."""
         return "proxies" in registry.artifacts(self.methods[name])
+
+    def analysis(self, kind: str, backbone: str, task: str, method: str) -> dict:
+        """The options of analysis ``kind`` for one (backbone, task, method)."""
+        try:
+            return self.analyses[kind][(backbone, task, method)]
+        except KeyError:
+            raise ValueError(f"analyses.{kind} names no {backbone}/{task}/{method}") from None
+
+    def analysis_targets(self, kind: str) -> list[tuple[str, str, str]]:
+        return list(self.analyses.get(kind, {}))
 
     def method(self, name: str, task: str) -> dict:
         """The concrete method a generate job decodes with: name, sampler, cache, gen_length."""
