@@ -72,8 +72,21 @@ def expected_counts(campaign) -> dict[str, int]:
     counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
               "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
               "plot": 1, "all": 1}
+    drift_backbones = {backbone for backbone, _, _ in campaign.analysis_targets("drift")}
     if any(map(campaign.needs_proxies, campaign.methods)):
         counts["svd"] = b  # one SVD per backbone that an SPA method (singular proxy) decodes
+    elif drift_backbones:
+        counts["svd"] = len(drift_backbones)  # the drift profile's singular proxy series
+    # analyses (docs/ANALYSES.md): a model job and a local table/figure job per target; the
+    # intervention's two branches are scored like generations
+    per_target = {"shadow": {"shadow_probe": 1, "shadow_analysis": 1},
+                  "intervention": {"intervention": 1, "score_branch": 2, "intervention_analysis": 1},
+                  "drift": {"drift_profile": 1, "drift_analysis": 1}}
+    for kind, rules in per_target.items():
+        n = len(campaign.analysis_targets(kind))
+        for rule, jobs in rules.items():
+            if n:
+                counts[rule] = jobs * n
     shards = campaign.config["shards"]
     if shards > 1:  # N generate jobs per method, joined by one merge before scoring
         counts["generate"] *= shards
