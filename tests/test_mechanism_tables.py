@@ -44,7 +44,7 @@ def _probes(rows) -> pd.DataFrame:
     return pd.DataFrame([dict(zip(cols, r)) for r in rows])
 
 
-def test_distance_bins_count_every_cached_probe_once():
+def test_distance_bins_count_every_probe_once():
     rng = np.random.default_rng(1)
     rows = []
     for i in range(300):
@@ -55,11 +55,10 @@ def test_distance_bins_count_every_cached_probe_once():
     probes = _probes(rows)
     bins = distance_bins(probes, [0, 1, 2, 4, 8])
     assert list(bins["distance_bin"]) == ["0", "1", "2-3", "4-7", ">=8"]
-    assert bins["probes"].sum() == probes["cached"].sum()
-    cached = probes[probes["cached"]]
-    top = cached[cached["anchor_distance"] >= 8]
+    assert bins["probes"].sum() == len(probes) and bins["cached"].sum() == probes["cached"].sum()
+    top = probes[probes["anchor_distance"] >= 8]
     assert bins.iloc[-1]["action_disagreement"] == pytest.approx(top["action_differs"].mean())
-    assert bins.iloc[2]["probes"] == cached["anchor_distance"].between(2, 3).sum()
+    assert bins.iloc[2]["probes"] == probes["anchor_distance"].between(2, 3).sum()
     # edges need not start at 0: distance 0 still has its bin
     assert distance_bins(probes, [2, 4]).iloc[0]["distance_bin"] == "0-1"
     assert bin_label(4, None) == ">=4" and bin_label(3, 4) == "3"
@@ -70,17 +69,17 @@ def test_empty_bins_in_the_middle_count_zero_and_no_probes_gives_one_empty_bin()
                       (0, True, 9, 1, True, True, False, False, 3, 0.5)])
     bins = distance_bins(probes, [0, 1, 2, 4, 8])
     assert list(bins["probes"]) == [1, 0, 0, 0, 1]
-    none = distance_bins(probes.assign(cached=False))
+    none = distance_bins(probes.iloc[:0])
     assert len(none) == 1 and none["probes"].iloc[0] == 0
 
 
-def test_correlations_use_cached_probes_and_name_each_outcome():
+def test_correlations_name_each_outcome():
     rng = np.random.default_rng(2)
     rows = [(0, i % 5 != 0, int(d), int(a), bool(d > 3), bool(d > 3), False, False, int(d // 2), a * 0.1)
             for i, (d, a) in enumerate(zip(rng.integers(0, 8, 200), rng.integers(1, 9, 200)))]
     table = correlations(_probes(rows))
     assert list(table["outcome"]) == ["action_differs", "next_state_distance", "logit_drift_max"]
-    assert (table["probes"] == 160).all()
+    assert (table["probes"] == 200).all()
     row = table.set_index("outcome").loc["action_differs"]
     assert row["partial_distance_given_age"] > 0.5 and abs(row["partial_age_given_distance"]) < 0.2
 

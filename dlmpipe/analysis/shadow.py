@@ -29,20 +29,21 @@ def bin_label(lo: float, hi: float | None) -> str:
 
 
 def distance_bins(probes: pd.DataFrame, edges=DEFAULT_BINS) -> pd.DataFrame:
-    """Cached probes by anchor-distance bin (left-closed; 0 is always the first edge): count,
-    disagreement rates, mean distances; every bin up to the last occupied one (empty: 0)."""
+    """Probes by anchor-distance bin (left-closed; 0 is always the first edge): count (and how
+    many were cached updates), disagreement rates, mean distances; every bin up to the last
+    occupied one (empty: 0). The probe job chose the updates (``steps``: cached ones, or all)."""
     edges = sorted({0.0, *(float(e) for e in edges)})
-    cached = probes[probes["cached"]]
-    which = np.searchsorted(edges, cached["anchor_distance"].to_numpy(dtype=float), side="right") - 1
+    which = np.searchsorted(edges, probes["anchor_distance"].to_numpy(dtype=float), side="right") - 1
     last = int(which.max()) if len(which) else -1
     rows = []
     for b in range(max(last + 1, 1)):
         hi = edges[b + 1] if b + 1 < len(edges) else None
-        part = cached[which == b]
+        part = probes[which == b]
         n = len(part)
         mean = (lambda c: float(part[c].mean()) if n else math.nan)  # noqa: E731
         rows.append({"distance_bin": bin_label(edges[b], hi), "distance_lo": edges[b],
                      "distance_hi": math.inf if hi is None else hi, "probes": n,
+                     "cached": int(part["cached"].sum()),
                      "samples": int(part["sample_index"].nunique()),
                      "action_disagreement": mean("action_differs"),
                      "accepted_disagreement": mean("accepted_differs"),
@@ -82,14 +83,13 @@ def partial_spearman(x, y, z) -> float:
 
 
 def correlations(probes: pd.DataFrame) -> pd.DataFrame:
-    """Per outcome over the cached probes: Spearman with distance and with age, and the partial
+    """Per outcome over the probes: Spearman with distance and with age, and the partial
     correlations distance | age and age | distance (Archer's 0.145 vs 0.040 / 0.045)."""
-    cached = probes[probes["cached"]]
-    d, a = cached["anchor_distance"], cached["cache_age"]
+    d, a = probes["anchor_distance"], probes["cache_age"]
     rows = []
     for outcome in OUTCOMES:
-        y = cached[outcome].astype(float)
-        rows.append({"outcome": outcome, "probes": len(cached),
+        y = probes[outcome].astype(float)
+        rows.append({"outcome": outcome, "probes": len(probes),
                      "spearman_distance": spearman(d, y), "spearman_age": spearman(a, y),
                      "partial_distance_given_age": partial_spearman(d, y, a),
                      "partial_age_given_distance": partial_spearman(a, y, d)})
@@ -152,8 +152,8 @@ def shadow_analysis(probes: str | Path, trajectory: str | Path, generations: str
     write_csv(rep, out_reproduction)
     reproduced = int(rep["reproduced"].sum())
     n_cached = int(p["cached"].sum())
-    title = (f"{label}: {n_cached} cached probes of {len(rep)} samples; main trajectory "
-             f"reproduced for {reproduced}/{len(rep)}")
+    title = (f"{label}: {len(p)} probes ({n_cached} at cached updates) of {len(rep)} samples;\n"
+             f"main trajectory reproduced for {reproduced}/{len(rep)}")
     plot_disagreement(bins, title, out_figure)
     if reproduced < len(rep):
         print(f"WARNING: the probed job's trajectory differs from the main generations for "

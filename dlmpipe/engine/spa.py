@@ -15,7 +15,7 @@ from below. ``budget: uniform`` gives every layer ``rho`` (the paper's ablation)
 from __future__ import annotations
 
 from ..backbones.model import Backbone
-from .budgets import PROFILES, layer_budgets, split_gaussian  # noqa: F401  (re-exported)
+from .budgets import layer_budgets
 from .selective import SelectiveCache, rows_for_budget
 
 
