@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from ..engine.budgets import PROFILES, layer_budgets
 from .figures import pyplot, save_figure, write_csv
@@ -54,7 +55,9 @@ def plot_similarity(records: pd.DataFrame, title: str, out: str | Path) -> Path:
                                   -0.5, len(table) - 0.5))
         ax.set_title(SERIES_LABELS[s], fontsize=9)
         ax.set_xlabel("update")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0][0].set_ylabel("layer")
+    axes[0][0].yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.colorbar(image, ax=axes[0].tolist(), label="cosine similarity to the previous update")
     fig.suptitle(title, fontsize=9)
     return save_figure(fig, out)
@@ -79,6 +82,7 @@ def plot_drift_share(layers: pd.DataFrame, title: str, out: str | Path, tau: flo
                 label=f"adaptive rho(l) ({profile})")
     ax.axhline(UNIFORM_BUDGET, ls="--", color="gray", label=f"uniform rho = {UNIFORM_BUDGET}")
     ax.set_xlabel("layer")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(f"share of tokens with cos sim < {tau:g}")
     top = float(np.nanmax(wide.to_numpy())) if wide.size else 0.0
     ax.set_ylim(0, min(1.0, max(0.3, 1.15 * top)))

@@ -125,16 +125,17 @@ def plot_disagreement(bins: pd.DataFrame, title: str, out: str | Path) -> Path:
     for xi, (rate, n) in enumerate(zip(bins["action_disagreement"].fillna(0), bins["probes"])):
         ax.annotate(f"n={n}", (xi, rate), textcoords="offset points", xytext=(0, 3),
                     ha="center", fontsize=7)
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, 1.2)
     ax.set_xticks(x, bins["distance_bin"])
     ax.set_xlabel("anchor distance D_t (Hamming, response vs anchor)")
     ax.set_ylabel("share of probes whose action differs")
     right = ax.twinx()
     right.plot(x, bins["next_state_distance"], "o-", color="#DD8452", label="next-state distance")
     right.set_ylabel("mean next-state distance (tokens)")
-    right.set_ylim(bottom=0)
+    top = bins["next_state_distance"].max()
+    right.set_ylim(0, 1.2 * max(float(top) if top == top else 0.0, 1.0))  # room for the legend
     handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
-    ax.legend(handles, [h.get_label() for h in handles], loc="upper left", fontsize=8)
+    ax.legend(handles, [h.get_label() for h in handles], loc="upper center", ncol=2, fontsize=8)
     ax.set_title(title, fontsize=9)
     return save_figure(fig, out)
 
