@@ -1,6 +1,6 @@
 # The two commands of README.md. `make campaign` sets up .venv and runs the default campaign;
 # `make test` sets up .venv and runs the test suite. Extra Snakemake flags: make campaign ARGS="..."
-.PHONY: setup campaign test report
+.PHONY: setup campaign test report device-check
 CORES ?= all
 
 setup:
@@ -17,3 +17,9 @@ report: setup
 
 test: setup
 	.venv/bin/python -m pytest -ra $(ARGS)
+
+# Everything that needs a GPU, as one prepared command (benchmarks/device_check.py): on one GPU
+# it finishes in at most 8 minutes and writes its report to OUT (default results/device_check);
+# without a GPU it runs the CPU-sized version of each part.
+device-check: setup
+	.venv/bin/python benchmarks/device_check.py $(if $(OUT),--out $(OUT)) $(ARGS)

@@ -4,7 +4,9 @@ A LLaDA-shaped random model sized for the CPU (d_model 1024, 8 layers, head size
 3x) with the vocabulary scaled so the LM head's share of the per-token cost matches
 LLaDA-8B's (~7%). Prints, measured in this one run, the full-step and cached-step times, the
 measured speedup and the ideal 1 + P/G. On CUDA the same script runs in bf16 with synchronized
-timing: ``python benchmarks/bench_archer_step.py --device cuda``.
+timing: ``python benchmarks/bench_archer_step.py --device cuda`` (``--compile cuda_graphs``: the
+cached step replayed as a CUDA graph, dlmpipe/graphs.py; the real-shaped table with roofline
+floors is part 5 of ``make device-check``).
 
 Target (issue 3): measured speedup at least 75% of the ideal at P = 2048.
 """
@@ -57,6 +59,8 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    ap.add_argument("--compile", default="none", choices=["none", "cuda_graphs", "torch_compile"],
+                    help="how the cached step runs (dlmpipe/graphs.py)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -64,7 +68,7 @@ def main() -> None:
     model = build(a.d_model, a.layers, a.vocab, dtype, a.device)
     G = a.gen
     print(f"device={a.device} dtype={dtype} d_model={a.d_model} layers={a.layers} "
-          f"head_dim=128 vocab={a.vocab} G={G} threads={torch.get_num_threads()}")
+          f"head_dim=128 vocab={a.vocab} G={G} threads={torch.get_num_threads()} compile={a.compile}")
     print(f"{'P':>6} {'full ms':>9} {'cached ms':>10} {'speedup':>8} {'ideal':>7} {'of ideal':>9}")
     for P in (int(p) for p in a.prompts.split(",")):
         x = torch.randint(0, a.vocab - 1, (P + G,), device=a.device)
@@ -72,6 +76,7 @@ def main() -> None:
         full = build_cache({"name": "none"}, model)
         full.begin(x, P)
         archer = build_cache({"name": "archer", "K": "inf"}, model)
+        archer.use_compile(a.compile)
         archer.begin(x, P)
         archer.response_logits(x, (0, G))  # builds the prompt K/V
         t_full = timed(lambda: full.response_logits(x, (0, G)), a.device, a.reps)

@@ -32,9 +32,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_archer_step import build  # noqa: E402
 
-from dlmpipe.engine.budgets import layer_budgets  # noqa: E402
 from dlmpipe.engine.proxies import proxies_from_model  # noqa: E402
-from dlmpipe.engine.spa import SPACache  # noqa: E402
+from dlmpipe.engine.spa import SPACache, layer_budgets  # noqa: E402
 from dlmpipe.methods import build_cache  # noqa: E402
 
 

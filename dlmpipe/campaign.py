@@ -4,15 +4,23 @@ The Snakefile builds a ``Campaign`` before any job runs: one pass that applies t
 (``workflow/schemas/config.schema.yaml``, its sampler/cache blocks generated from
 ``dlmpipe.registry``) with the default-filling validator Snakemake uses, reporting *every*
 error by its dotted key (``methods.archer.cache.K``), then adds what a schema cannot say:
-checkpoint directories exist, tasks are registered, sweeps expand into unique, readable method
-names, a cache can serve its sampler, blocks divide the generation length, and the reference
-method exists.
+checkpoint directories exist, tasks load registered benchmarks, sweeps expand into unique,
+readable method names, per-backbone/per-task overrides (dlmpipe/overrides.py) name existing
+backbones and tasks and valid parameters, ``auto`` parameters (SPA-Cache's profile) fit each
+backbone, a cache can serve its sampler, blocks divide the generation length (a method's own
+``gen_length``, else each task's), and the reference method exists.
+
+``Campaign.method(name, task, backbone)`` is what a generate job decodes with: the method's
+parameters with that backbone's and task's overrides applied and its ``auto`` parameters chosen
+for that backbone's checkpoint (dlmpipe/backbones/identity.py), so a change to one backbone's
+parameters reruns exactly that backbone's jobs.
 
 ``python -m dlmpipe.campaign [config.yaml ...]`` prints the expanded campaign.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import re
@@ -22,7 +30,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import registry
+from . import overrides, registry
+from .backbones.identity import TOY, BackboneIdentity, CheckpointError, checkpoint_identity
 from .registry import canonical
 
 SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
@@ -155,18 +164,30 @@ def name_part(value) -> str:
     return str(value).lower()
 
 
+#: keys of a method besides its sampler/cache parameters that a sweep may vary, and their label
+#: in default names (llada-confidence-g256)
+METHOD_KEYS = {"gen_length": "g"}
+
+
 def get_dotted(method: dict, field: str):
+    if field in METHOD_KEYS:
+        if method.get(field) is None:
+            raise KeyError(field)
+        return method[field]
     part, _, param = field.partition(".")
     if part not in ("sampler", "cache") or param not in method[part]:
         raise KeyError(field)
     return method[part][param]
 
 
+def name_label(field: str) -> str:
+    return METHOD_KEYS.get(field) or field.rsplit(".", 1)[-1].lower()
+
+
 def method_name(base: str, spec: dict, method: dict, swept: list[str]) -> str:
     template = spec.get("name")
     if template is None:
-        return base + "".join(f"-{k.rsplit('.', 1)[-1].lower()}{name_part(get_dotted(method, k))}"
-                              for k in swept)
+        return base + "".join(f"-{name_label(k)}{name_part(get_dotted(method, k))}" for k in swept)
     return TEMPLATE_FIELD.sub(lambda m: name_part(get_dotted(method, m.group(1))), template)
 
 
@@ -183,8 +204,15 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
     if problems:
         return [], problems
     for point in itertools.product(*(sweep[k] for k in swept)):
-        method = {"sampler": copy.deepcopy(spec["sampler"]), "cache": copy.deepcopy(spec["cache"])}
+        method = {"sampler": copy.deepcopy(spec["sampler"]), "cache": copy.deepcopy(spec["cache"]),
+                  "gen_length": spec.get("gen_length")}
         for field, value in zip(swept, point):
+            if field in METHOD_KEYS:
+                method[field] = value
+                key_schema = schema["$defs"]["method"]["properties"][field]
+                for err in validator_for(schema, key_schema).iter_errors(value):
+                    problems.append(f"{where}.sweep.{field}: {value!r}: {err.message}")
+                continue
             part, param = field.split(".", 1)
             method[part][param] = value
         for part in ("sampler", "cache"):
@@ -201,13 +229,21 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
             method["name"] = method_name(base, spec, method, swept)
         except KeyError as e:
             return [], [f"{where}.name: template field {{{e.args[0]}}} is not a parameter of "
-                        "this method (use sampler.<param> or cache.<param>)"]
+                        "this method (use sampler.<param>, cache.<param> or gen_length, when "
+                        "the method sets it)"]
         if not NAME.match(method["name"]):
             return [], [f"{where}.name: expands to {method['name']!r}, not a valid name "
                         "(letters, digits, _ . + -)"]
         methods.append({"name": method["name"], "sampler": method["sampler"],
-                        "cache": method["cache"]})
+                        "cache": method["cache"],
+                        **({"gen_length": method["gen_length"]} if method["gen_length"] else {})})
     return methods, problems
+
+
+def part_problems(schema: dict, part: str, spec: dict) -> list[tuple[str, str]]:
+    """(parameter, problem) of a sampler or cache spec against its registry entry."""
+    return [(k, rest) for err in validator_for(schema, schema["$defs"][part]).iter_errors(spec)
+            for k, _, rest in (line.partition(": ") for line in explain(err, schema))]
 
 
 # --------------------------------------------------------------------------------------
@@ -224,11 +260,19 @@ class Campaign:
         if check_paths:
             problems += self._backbone_problems()
         problems += self._task_problems()
+        #: the expanded methods as configured (before overrides and ``auto`` parameters)
         self.methods: dict[str, dict] = {}
         origin: dict[str, str] = {}
+        self._overrides: dict[str, list[overrides.Override]] = {}
         for base, spec in config["methods"].items():
             expanded, found = expand_method(base, spec, schema)
             problems += found
+            entries, found = overrides.parse(f"methods.{base}", spec.get("overrides") or {},
+                                             self.backbones, self.tasks)
+            self._overrides[base], more = overrides.check(
+                f"methods.{base}", spec, entries, set(TEMPLATE_FIELD.findall(spec.get("name") or "")),
+                lambda part, params: part_problems(schema, part, params))
+            problems += found + more
             for m in expanded:
                 if m["name"] in self.methods:
                     by = ("" if origin[m["name"]] == base else
@@ -240,10 +284,10 @@ class Campaign:
                 self.methods[m["name"]], origin[m["name"]] = m, base
                 if (p := registry.pairing_problem(m["sampler"]["name"], m["cache"]["name"])):
                     problems.append(f"methods.{base}: {p}")
-                for task, opts in config["tasks"].items():
-                    for p in registry.gen_length_problems(m, opts["gen_length"]):
-                        problems.append(f"methods.{base}.{p} (method {m['name']}, "
-                                        f"tasks.{task}.gen_length)")
+        self.origin = origin
+        self._identities: dict[str, BackboneIdentity | CheckpointError] = {}
+        self._check_paths = check_paths
+        problems += self._build_jobs()
         ref = config["reference_method"]
         if self.methods and ref not in self.methods:
             problems.append(f"reference_method: {ref!r} is not a method of this campaign "
@@ -252,11 +296,13 @@ class Campaign:
             if self.methods and other not in self.methods:
                 problems.append(f"also_speedup_against.{i}: {other!r} is not a method of this "
                                 f"campaign (methods: {', '.join(self.methods)})")
+        if config.get("compile") == "cuda_graphs" and config.get("device") == "cpu":
+            problems.append("compile: cuda_graphs needs device: cuda (or auto on a GPU node); "
+                            "with device: cpu use none or torch_compile")
         self.analyses, found = self._expand_analyses()
         problems += found
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
-        self.origin = origin
 
     def _expand_analyses(self) -> tuple[dict[str, dict[tuple[str, str, str], dict]], list[str]]:
         """analysis -> {(backbone, task, method): options} (docs/ANALYSES.md), and the problems:
@@ -275,20 +321,22 @@ class Campaign:
                         if name not in known[k]:
                             problems.append(f"{where}.{k}[{j}]: {name!r} is not one of this "
                                             f"campaign's {k} ({', '.join(known[k])})")
-                if kind == "intervention":
-                    for m in names["methods"]:
-                        cache = self.methods.get(m, {}).get("cache", {}).get("name")
-                        if cache and not registry.lookup("cache", cache).feedback_intervention:
-                            able = [c for c, e in registry.CACHES.items() if e.feedback_intervention]
-                            problems.append(f"{where}.methods: {m!r} decodes with cache {cache!r}, "
-                                            "which has no prompt snapshot to keep or rebuild; the "
-                                            f"intervention needs one of: {', '.join(able)}")
                 options = {k: v for k, v in entry.items() if k not in known}
                 for target in itertools.product(names["backbones"], names["tasks"], names["methods"]):
+                    if any(name not in known[k] for k, name in zip(("backbones", "tasks", "methods"),
+                                                                    target)):
+                        continue
                     if target in out[kind]:
                         problems.append(f"{where}: {'/'.join(target)} is already analysed by an "
                                         f"earlier entry of analyses.{kind}")
                     out[kind][target] = options
+                    b, t, m = target
+                    cache = self.method(m, t, b)["cache"]["name"]
+                    if kind == "intervention" and not registry.lookup("cache", cache).feedback_intervention:
+                        able = [c for c, e in registry.CACHES.items() if e.feedback_intervention]
+                        problems.append(f"{where}.methods: {m!r} decodes with cache {cache!r}, which "
+                                        "has no prompt snapshot to keep or rebuild; the "
+                                        f"intervention needs one of: {', '.join(able)}")
         return out, problems
 
     def _backbone_problems(self) -> list[str]:
@@ -303,10 +351,24 @@ class Campaign:
         return problems
 
     def _task_problems(self) -> list[str]:
-        from .tasks.registry import TASKS
+        from .tasks.registry import TASKS, loader_options
 
-        return [f"tasks.{name}: unknown task; known tasks: {', '.join(sorted(TASKS))}"
-                for name in self.config["tasks"] if name not in TASKS]
+        problems = []
+        for name, opts in self.config["tasks"].items():
+            benchmark = self.benchmark(name)
+            if benchmark not in TASKS:
+                known = ", ".join(sorted(TASKS))
+                problems.append(
+                    f"tasks.{name}.benchmark: unknown benchmark {benchmark!r}; known: {known}"
+                    if "benchmark" in opts else
+                    f"tasks.{name}: unknown task; known tasks: {known} (another name loads one of "
+                    "them with `benchmark:`)")
+                continue
+            # each benchmark's loader declares its options (its signature): others are typos
+            known = loader_options(benchmark) + ["limit", "ids", "gen_length", "benchmark"]
+            problems += [f"tasks.{name}.{key}: task {benchmark!r} takes no option {key!r} (its "
+                         f"options: {', '.join(known)})" for key in opts if key not in known]
+        return problems
 
     # ---- what the rules read --------------------------------------------------------
     @property
@@ -323,14 +385,23 @@ class Campaign:
     def toy_options(self, backbone: str) -> dict:
         return dict(self.config["backbones"][backbone]["toy"])
 
-    def task_options(self, task: str) -> dict:
-        """Loader options (everything but gen_length, which only generation reads)."""
-        return {k: v for k, v in self.config["tasks"][task].items() if k != "gen_length"}
+    def benchmark(self, task: str) -> str:
+        """The registered benchmark a task loads: its ``benchmark`` key, else the task's name
+        (an alias loads one benchmark under another name, e.g. with other options)."""
+        return self.config["tasks"][task].get("benchmark", task)
 
-    def needs_proxies(self, name: str) -> bool:
-        """The method's generate jobs read the backbone's singular proxies
-        (``backbones/{b}/proxies.safetensors``, written by the svd rule)."""
-        return "proxies" in registry.artifacts(self.methods[name])
+    def task_options(self, task: str) -> dict:
+        """Loader options: everything but the benchmark name and gen_length (which only
+        generation reads), passed to the loader unchanged."""
+        return {k: v for k, v in self.config["tasks"][task].items()
+                if k not in ("benchmark", "gen_length")}
+
+    def needs_proxies(self, name: str, backbone: str | None = None, task: str | None = None) -> bool:
+        """The method's generate jobs on ``backbone`` and ``task`` (None: any) read the backbone's
+        singular proxies (``backbones/{b}/proxies.safetensors``, written by the svd rule)."""
+        return any("proxies" in registry.artifacts(self._jobs[(name, t, b)])
+                   for b in ([backbone] if backbone else self.backbones)
+                   for t in ([task] if task else self.tasks))
 
     def analysis(self, kind: str, backbone: str, task: str, method: str) -> dict:
         """The options of analysis ``kind`` for one (backbone, task, method)."""
@@ -342,9 +413,95 @@ class Campaign:
     def analysis_targets(self, kind: str) -> list[tuple[str, str, str]]:
         return list(self.analyses.get(kind, {}))
 
-    def method(self, name: str, task: str) -> dict:
-        """The concrete method a generate job decodes with: name, sampler, cache, gen_length."""
-        return {**self.methods[name], "gen_length": self.config["tasks"][task]["gen_length"]}
+    def gen_length(self, name: str, task: str) -> int:
+        """The response length a method decodes a task with: the method's own ``gen_length``
+        (set or swept on the method), else the task's."""
+        return self.methods[name].get("gen_length") or self.config["tasks"][task]["gen_length"]
+
+    def method(self, name: str, task: str, backbone: str) -> dict:
+        """The concrete method a generate job decodes with: name, sampler, cache (overrides
+        applied, ``auto`` parameters chosen for the backbone) and gen_length. Shared: do not
+        modify."""
+        return self._jobs[(name, task, backbone)]
+
+    # ---- per job: overrides, auto parameters, gen_length ----------------------------------
+    def differences(self, name: str) -> dict[str, str]:
+        """Where the method's jobs decode with other parameters than configured (overrides,
+        ``auto`` parameters): ``backbone`` (every task alike) or ``backbone/task`` -> the
+        differing parameters as text."""
+        point, out = self.methods[name], {}
+        for backbone in self.backbones:
+            per_task = {}
+            for task in self.tasks:
+                job = self._jobs[(name, task, backbone)]
+                per_task[task] = ", ".join(f"{part}.{k}={v}" for part in overrides.PARTS
+                                           for k, v in job[part].items() if point[part].get(k) != v)
+            if len(set(per_task.values())) == 1:
+                if (diff := next(iter(per_task.values()))):
+                    out[backbone] = diff
+            else:
+                out.update({f"{backbone}/{t}": d for t, d in per_task.items() if d})
+        return out
+
+    def _identity(self, backbone: str) -> BackboneIdentity | CheckpointError:
+        """The backbone's family and checkpoint names, or why config.json cannot tell them."""
+        if backbone not in self._identities:
+            b = self.config["backbones"][backbone]
+            if "toy" in b:  # trained by the workflow, in LLaDA's format
+                identity = dataclasses.replace(TOY, source=f"backbones.{backbone} (toy)")
+            else:
+                try:
+                    identity = dataclasses.replace(checkpoint_identity(b["path"]),
+                                                   source=f"backbones.{backbone} ({b['path']})")
+                except CheckpointError as e:
+                    identity = e
+            self._identities[backbone] = identity
+        return self._identities[backbone]
+
+    def _bind(self, where: str, method: dict, backbone: str) -> tuple[dict, list[str]]:
+        """``method`` with its ``auto`` parameters chosen for the backbone."""
+        if not any(method[part].get(key) == "auto"
+                   for part in overrides.PARTS
+                   for key in registry.lookup(part, method[part]["name"]).auto):
+            return method, []
+        identity = self._identity(backbone)
+        if isinstance(identity, CheckpointError):
+            # a missing directory or config.json is reported by _backbone_problems; unchecked
+            # paths (check_paths=False): the generate job chooses, from the manifest
+            path = Path(self.config["backbones"][backbone]["path"]).expanduser()
+            return method, ([f"backbones.{backbone}.path: {identity} (needed to choose the auto "
+                             f"parameters of {where})"]
+                            if self._check_paths and (path / "config.json").is_file() else [])
+        try:
+            return {**method, **{part: registry.bind(part, method[part], identity)
+                                 for part in overrides.PARTS}}, []
+        except registry.NoFit as e:
+            return method, [f"{where}.{e}; set {where}.{e.kind}.{e.key}, or "
+                            f"{where}.overrides.{backbone}.{e.kind}.{e.key} for this backbone"]
+
+    def _build_jobs(self) -> list[str]:
+        """Every generate job's method (``method``), and the problems found on the way."""
+        problems: list[str] = []
+        self._jobs: dict[tuple[str, str, str], dict] = {}
+        for name, point in self.methods.items():
+            base = self.origin[name]
+            where = f"methods.{base}"
+            # the generation length a job decodes with: the method's own, else each task's
+            length_key = "gen_length" if "gen_length" in point else None
+            for task in self.config["tasks"]:
+                gen_length = self.gen_length(name, task)
+                source_key = length_key or f"tasks.{task}.gen_length"
+                for backbone in self.backbones:
+                    method, applied, found = overrides.apply(where, point, self._overrides[base],
+                                                             backbone, task)
+                    method, bound = self._bind(where, method, backbone)
+                    problems += found + bound
+                    via = (f" on {backbone}, with " + ", ".join(f"{where}.overrides.{e.key}"
+                                                                for e in applied)) if applied else ""
+                    problems += [f"{where}.{p} (method {name}{via}, {source_key})"
+                                 for p in registry.gen_length_problems(method, gen_length)]
+                    self._jobs[(name, task, backbone)] = {**method, "gen_length": gen_length}
+        return problems
 
 
 def load_campaign(paths: list[str | Path], schema_path: str | Path = SCHEMA,
@@ -373,7 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backbones: {', '.join(c.backbones)}\ntasks: {', '.join(c.tasks)}\n"
           f"methods ({len(c.methods)}), reference {c.config['reference_method']}:")
     for name, m in c.methods.items():
-        print(f"  {name:24s} {json.dumps({'sampler': m['sampler'], 'cache': m['cache']})}")
+        shown = {k: m[k] for k in ("sampler", "cache", "gen_length") if k in m}
+        print(f"  {name:24s} {json.dumps(shown)}")
+        for where, diff in c.differences(name).items():
+            print(f"    on {where}: {diff}")
     n = len(c.backbones) * len(c.tasks) * len(c.methods)
     print(f"generate jobs: {n}")
     return 0

@@ -7,7 +7,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+
+
+def job_environment() -> None:
+    """Settle how this job's threads behave before torch (and its OpenMP runtime) loads.
+
+    Threads that reach an OpenMP barrier first sleep instead of spinning (libgomp spins for a
+    while by default). Alone on its cores a job barely notices; on a shared login node or
+    workstation a spinning thread burns the CPU its descheduled partner needs, and a 2-thread
+    job next to one busy process slowed 4-14x instead of its fair share
+    (benchmarks/bench_shared_cpu.py). The thread count itself is the job's: Snakemake sets
+    OMP_NUM_THREADS to the rule's threads. A value set by the user wins.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _train_toy(a: argparse.Namespace) -> None:
@@ -33,8 +47,8 @@ def _generate(a: argparse.Namespace) -> None:
 
     run_generation_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
                        out=a.out, provenance=a.provenance, seed=a.seed, device=a.device,
-                       config_hash=a.config_hash, shard=a.shard, warmup=not a.no_warmup,
-                       proxies=a.proxies or None, limit=a.limit,
+                       compile=a.compile, config_hash=a.config_hash, shard=a.shard,
+                       warmup=not a.no_warmup, proxies=a.proxies or None, limit=a.limit,
                        shadow=json.loads(a.shadow) if a.shadow else None,
                        probes_out=a.probes_out or None)
 
@@ -45,7 +59,7 @@ def _intervene(a: argparse.Namespace) -> None:
     run_intervention_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
                          out_pairs=a.out_pairs, out_fresh=a.out_fresh, out_cached=a.out_cached,
                          seed=a.seed, device=a.device, limit=a.limit, threshold=a.threshold,
-                         follow=a.follow, proxies=a.proxies or None)
+                         follow=a.follow, proxies=a.proxies or None, compile=a.compile)
 
 
 def _drift_profile(a: argparse.Namespace) -> None:
@@ -53,7 +67,7 @@ def _drift_profile(a: argparse.Namespace) -> None:
 
     run_drift_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
                   out=a.out, proxies=a.proxies or None, rank=a.rank, tau=a.tau, seed=a.seed,
-                  device=a.device, limit=a.limit)
+                  device=a.device, limit=a.limit, compile=a.compile)
 
 
 def _shadow_analysis(a: argparse.Namespace) -> None:
@@ -174,8 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_prepare_backbone)
 
     s = sub.add_parser("prepare-task", help="load a benchmark into tasks/{t}.parquet")
-    s.add_argument("--name", required=True)
-    s.add_argument("--options", default="{}", help="JSON loader options (n, seed, source, limit, ids)")
+    s.add_argument("--name", required=True, help="the registered benchmark (a task's `benchmark:`, "
+                   "else its name)")
+    s.add_argument("--options", default="{}", help="JSON loader options (n, seed, source, limit, "
+                   "ids, ...), passed to the loader unchanged")
     s.add_argument("--out", required=True)
     s.set_defaults(func=_prepare_task)
 
@@ -187,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--provenance", required=True)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--device", default="auto")
+    s.add_argument("--compile", default="none", choices=["none", "cuda_graphs", "torch_compile"],
+                   help="how fixed-shape steps run (dlmpipe/graphs.py)")
     s.add_argument("--config-hash", default="")
     s.add_argument("--shard", default="0/1", help="i/n: this job decodes the i-th of n contiguous, disjoint "
                    "sample ranges (dlmpipe.shards.shard_range)")
@@ -207,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--device", default="auto")
         s.add_argument("--limit", type=int, default=None, help="only the first N problems")
         s.add_argument("--proxies", default="", help="the backbone's proxies.safetensors; empty: none")
+        s.add_argument("--compile", default="none", choices=["none", "cuda_graphs", "torch_compile"],
+                       help="how fixed-shape steps run (dlmpipe/graphs.py)")
 
     s = sub.add_parser("intervene", help="matched-state feedback intervention: Fresh and Cached "
                        "branches from the first confident acceptance (docs/ANALYSES.md)")
@@ -315,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    job_environment()  # before anything loads torch
     from .scoring.levels import SandboxUnavailable
 
     try:

@@ -56,7 +56,7 @@ class Decoding:
         self.x = torch.cat([prompt_ids.to(device),
                             torch.full((gen_len,), model.cfg.mask_id, dtype=torch.long, device=device)])
         self.updates = 0
-        sampler.begin(self.prompt_len, gen_len, model.cfg.mask_id, generator)
+        sampler.begin(self.prompt_len, gen_len, model.cfg.mask_id, generator, device)
         cache.begin(self.x, self.prompt_len)
 
     @property

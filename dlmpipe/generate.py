@@ -124,13 +124,14 @@ def git_revision() -> str:
         return "unknown"
 
 
-def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device) -> dict:
+def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device,
+                      compile: str = "none") -> dict:
     import transformers
 
     from . import __version__
     return {"dlmpipe": __version__, "git_revision": git_revision(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__,
-            "config_hash": config_hash, "seed": seed, "device": device_name(device),
+            "config_hash": config_hash, "seed": seed, "device": device_name(device), "compile": compile,
             "host": socket.gethostname(), "backbone": manifest["name"],
             "backbone_fingerprint": manifest.get("fingerprint"), "method": method,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -157,9 +158,20 @@ class JobModel:
         return self.loaded.tokenizer.decode(cut_at_stop(ids, self.stops), skip_special_tokens=False)
 
 
-def load_job_model(man: dict, dev: torch.device, method: dict, proxies: str | None = None) -> JobModel:
+def bind_job_method(method: dict, man: dict) -> dict:
+    """``method`` with its ``auto`` parameters (SPA-Cache's profile) chosen for the manifest's
+    checkpoint, unless the campaign already did: a job records the parameters it decodes with."""
+    from . import registry
+    from .backbones.identity import checkpoint_identity
+
+    return registry.bind_method(method, checkpoint_identity(man["path"]))
+
+
+def load_job_model(man: dict, dev: torch.device, method: dict, proxies: str | None = None,
+                   compile: str = "none") -> JobModel:
     """The manifest's backbone on ``dev``, the method's sampler and cache (with the backbone's
-    singular proxies when the method reads them, checked against its fingerprint)."""
+    singular proxies when the method reads them, checked against its fingerprint; ``compile``:
+    how fixed-shape steps run, dlmpipe/graphs.py)."""
     from .backbones.loading import load_backbone
     from .methods import build_method
 
@@ -169,7 +181,7 @@ def load_job_model(man: dict, dev: torch.device, method: dict, proxies: str | No
     if proxies:  # the backbone's singular proxies (svd rule)
         from .engine.proxies import load_proxies
         artifacts["proxies"] = load_proxies(proxies, man.get("fingerprint"))
-    sampler, cache = build_method(method, model, artifacts)
+    sampler, cache = build_method(method, model, artifacts, compile=compile)
     stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
     return JobModel(loaded, sampler, cache, bool(man.get("chat")), stops)
 
@@ -198,9 +210,9 @@ def job_samples(n_rows: int, shard: str, limit: int | None) -> range:
 
 
 def run_generation_job(manifest: str, task_file: str, method: dict, out: str, provenance: str,
-                       seed: int = 0, device: str = "auto", config_hash: str = "",
-                       shard: str = "0/1", warmup: bool = True, proxies: str | None = None,
-                       limit: int | None = None, shadow: dict | None = None,
+                       seed: int = 0, device: str = "auto", compile: str = "none",
+                       config_hash: str = "", shard: str = "0/1", warmup: bool = True,
+                       proxies: str | None = None, limit: int | None = None, shadow: dict | None = None,
                        probes_out: str | None = None) -> None:
     """Decode the task (its first ``limit`` samples, of this shard) with ``method``.
 
@@ -214,12 +226,13 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
 
     out_path = Path(out)
     man = read_manifest(manifest)
+    method = bind_job_method(method, man)
     dev = resolve_device(device)
     rows = read_task_table(task_file)
     indices = job_samples(len(rows), shard, limit)
     gen_len = int(method["gen_length"])
     identity = {"method": method, "seed": seed, "shard": shard, "task_file_rows": len(rows),
-                "backbone": man.get("fingerprint"), "device": device_name(dev),
+                "backbone": man.get("fingerprint"), "device": device_name(dev), "compile": compile,
                 **({"limit": limit} if limit is not None else {}),
                 **({"shadow": shadow} if shadow is not None else {})}
     journal = Journal(out_path.with_name(out_path.name + ".journal.jsonl"), identity)
@@ -231,7 +244,7 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     if todo:
         from .probes.shadow import ShadowProbe
 
-        job = load_job_model(man, dev, method, proxies)
+        job = load_job_model(man, dev, method, proxies, compile)
         task = Path(task_file).stem
 
         def run(i: int, observer=None) -> DecodeResult:
@@ -255,5 +268,5 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
         from .probes.shadow import probes_table
 
         atomic_write_parquet(probes_out, probes_table(final))
-    atomic_write_json(provenance, provenance_record(seed, config_hash, man, method, dev))
+    atomic_write_json(provenance, provenance_record(seed, config_hash, man, method, dev, compile))
     journal.path.unlink(missing_ok=True)

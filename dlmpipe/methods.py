@@ -1,13 +1,17 @@
 """Build a config method (sampler + cache + parameters) into live objects.
 
 The entries (classes, parameters and defaults, pairing rows, artifacts) live in
-``dlmpipe.registry``; this module only instantiates them, with the defaults filled there.
+``dlmpipe.registry``; this module only instantiates them, with the defaults filled there and
+``auto`` parameters bound to the backbone (a campaign binds them earlier, per backbone, from the
+checkpoint's identity; without one, the model's family alone decides).
 """
 from __future__ import annotations
 
 from . import registry
+from .backbones.identity import BackboneIdentity
 from .backbones.model import Backbone
 from .engine.base import Cache
+from .graphs import check_device
 from .samplers.base import Sampler
 
 
@@ -23,15 +27,26 @@ def build_sampler(spec: dict) -> Sampler:
     return component.load()(**params)
 
 
-def build_cache(spec: dict, model: Backbone, artifacts: dict | None = None) -> Cache:
+def build_cache(spec: dict, model: Backbone, artifacts: dict | None = None,
+                backbone: BackboneIdentity | None = None) -> Cache:
     """``artifacts``: loaded artifacts by kind (e.g. ``{"proxies": ...}``), passed to caches
-    that need them (``registry.Component.artifacts``)."""
-    component, params = registry.resolve("cache", spec)
+    that need them (``registry.Component.artifacts``). ``backbone``: the checkpoint's identity
+    for ``auto`` parameters (default: the model's family, no checkpoint name)."""
+    identity = backbone or BackboneIdentity(model.cfg.family, (), "model")
+    component, params = registry.resolve("cache", spec, identity)
     needed = {kind: (artifacts or {}).get(kind) for kind, needs in component.artifacts.items()
               if needs(params)}
     return component.load()(model, **params, **needed)
 
 
-def build_method(method: dict, model: Backbone, artifacts: dict | None = None) -> tuple[Sampler, Cache]:
+def build_method(method: dict, model: Backbone, artifacts: dict | None = None,
+                 backbone: BackboneIdentity | None = None, compile: str = "none") -> tuple[Sampler, Cache]:
+    """``compile``: how fixed-shape steps run (dlmpipe/graphs.py), checked against the model's
+    device before anything runs."""
     check_pairing(method["sampler"]["name"], method["cache"]["name"])
-    return build_sampler(method["sampler"]), build_cache(method["cache"], model, artifacts)
+    check_device(compile, model.device)
+    sampler = build_sampler(method["sampler"])
+    cache = build_cache(method["cache"], model, artifacts, backbone)
+    sampler.use_compile(compile)
+    cache.use_compile(compile)
+    return sampler, cache

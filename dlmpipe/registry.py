@@ -9,7 +9,9 @@ relate its parameters to a task's generation length. From these derive:
 - the config schema's sampler/cache blocks (``schema_defs``; dlmpipe.campaign installs them),
 - the pairing rule (``pairing_problem``: a sampler may not read rows a cache leaves stale),
 - the workflow's extra inputs (``artifacts``: the svd rule's proxies file),
-- construction with defaults filled and ranges checked (``resolve``; dlmpipe.methods builds).
+- construction with defaults filled and ranges checked (``resolve``; dlmpipe.methods builds),
+- parameters chosen from the backbone when set to ``auto`` (``bind``: SPA-Cache's ``profile``;
+  the campaign binds them per backbone, so a generate job's params hold the concrete value).
 
 Adding a method: write its class, add one entry below, add one row to the exactness table in
 tests/test_exactness.py. ``python -m dlmpipe.registry`` prints every entry's parameters.
@@ -22,6 +24,8 @@ import math
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
+
+from .engine import spa_profiles
 
 # ------------------------------------------------------------------------------------------
 # logit rows: which response rows get fresh logits at every step
@@ -67,6 +71,11 @@ def fraction_or_null(default, description: str) -> dict:
 
 def choice(values: list, default, description: str) -> dict:
     return {"description": description, "enum": list(values), "default": default}
+
+
+def seed_or_null(default, description: str) -> dict:
+    return {"description": description, "anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}],
+            "default": default}
 
 
 TEMPERATURE = number(0, "Gumbel noise temperature (0 is greedy)")
@@ -120,6 +129,10 @@ class Component:
     artifacts: dict[str, Callable[[dict], bool]] = field(default_factory=dict)
     #: checks of the filled parameters against a task's gen_length; each returns a problem or None
     checks: tuple[Callable[[dict, int], str | None], ...] = ()
+    #: parameters whose value "auto" is chosen from the backbone: name -> function(filled
+    #: params, backbones.identity.BackboneIdentity) -> the concrete value (ValueError, saying
+    #: why, when none fits); a function may keep "auto" where the parameter is unused
+    auto: dict[str, Callable[[dict, object], object]] = field(default_factory=dict)
     #: cache: keeps a prompt snapshot whose next refresh can be forced or withheld
     #: (``Cache.force_next``), which the matched-state intervention needs (docs/ANALYSES.md)
     feedback_intervention: bool = False
@@ -166,12 +179,41 @@ SAMPLERS = _registry(
         "masked_rows",
         {"f": number(1.0, "accept the largest sorted prefix n with c_(i) >= 1 - f/(i+1), i = 2..n",
                      exclusive_minimum=True),
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: the rule above; released: Fast-dLLM's code "
+                        "(get_transfer_index_dynamic), which also accepts the last candidate when "
+                        "only it fails (n = m - 1 of m becomes m)"),
          **PARALLEL_BLOCKS},
         checks=(blocks_tile_response,)),
     Component(
         "random_order", "dlmpipe.samplers.random_order:RandomOrder",
         "random decoding order fixed at each block's start, LLaDA's schedule (dKV-Cache greedy)",
-        "masked_rows", LLADA_SCHEDULE, checks=(blocks_tile_response, steps_split_over_blocks)),
+        "masked_rows",
+        {**LLADA_SCHEDULE,
+         "order_seed": seed_or_null(None, "null: orders drawn from the sample's generator; an "
+                                          "integer: from a generator seeded with it at each "
+                                          "sample's start, so every sample gets the same block "
+                                          "orders (the released dKV-Cache code seeds 42)")},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
+    Component(
+        "dream", "dlmpipe.samplers.dream:DreamSampler",
+        "Dream's native sampler: no blocks, schedule linspace(1, eps, steps + 1), masked positions "
+        "anywhere in the response unmasked by confidence (alg)", "masked_rows",
+        {"steps": positive_or_null(None, "total steps; null means gen_length"),
+         "eps": {"description": "final time of the schedule linspace(1, eps, steps + 1)",
+                 "type": "number", "minimum": 0, "exclusiveMaximum": 1, "default": 1e-3},
+         "alg": choice(["origin", "maskgit_plus", "topk_margin", "entropy"], "origin",
+                       "origin: each mask unmasked with probability 1 - s/t; maskgit_plus, "
+                       "topk_margin, entropy: the floor(m (1 - s/t)) most confident masks by "
+                       "probability, top-1 minus top-2 margin, or negative entropy"),
+         "temperature": number(0, "divides the logits; > 0 samples the token, 0 takes the most "
+                                  "probable"),
+         "top_p": fraction_or_null(None, "nucleus filter before the softmax; null: none"),
+         "top_k": positive_or_null(None, "keep the k largest logits; null: all"),
+         "alg_temp": {"description": "null or 0: the most confident masks; > 0: drawn without "
+                                     "replacement with probabilities softmax(confidence / alg_temp)",
+                      "anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}],
+                      "default": None}}),
 )
 
 _REFRESH_INTERVAL_OR_NULL = positive_or_null(
@@ -230,8 +272,11 @@ CACHES = _registry(
                               "most min(n_kv_heads*head_dim, d_model))"),
          "budget": choice(["adaptive", "uniform"], "adaptive",
                           "adaptive: rho(l) from the profile; uniform: rho at every layer"),
-         "profile": choice(["llada-8b-instruct", "llada-1.5", "dream-7b"], "llada-8b-instruct",
-                           "constants of rho(l) (m, rho_p, rho_1, rho_L)"),
+         "profile": choice(["auto", *spa_profiles.PROFILES], "auto",
+                           "constants of rho(l) (m, rho_p, rho_1, rho_L); auto: the backbone's, "
+                           "by family and checkpoint name (LLaDA-1.5: llada-1.5; other LLaDA "
+                           "checkpoints and the toy: llada-8b-instruct; Dream: dream-7b; none "
+                           "fits DiffuCoder: name one)"),
          "rho_p": fraction_or_null(None, "peak of rho(l), the ends rescaled with it; null: the "
                                          "profile's (0.25)"),
          "scale": number(1.0, "multiplies the whole adaptive profile (clipped to 1)",
@@ -247,7 +292,8 @@ CACHES = _registry(
                                                "many steps; null: step 0 only"),
          "refresh_gen_steps": positive_or_null(7, "recompute the whole response (cached prompt) "
                                                   "every this many steps; null: never")},
-        artifacts={"proxies": lambda params: params["identifier"] == "singular"}),
+        artifacts={"proxies": lambda params: params["identifier"] == "singular"},
+        auto={"profile": spa_profiles.profile_for}),
     Component(
         "dllm_cache", "dlmpipe.engine.dllm_cache:DLLMCache",
         "dLLM-Cache: prompt refresh every K_p steps, response refresh every K_r steps, in between "
@@ -336,14 +382,48 @@ def expected(spec: dict) -> str:
         return "null"
     words = {"integer": "an integer", "number": "a number"}.get(kind, f"a {kind}")
     bounds = [f"{op} {spec[key]}" for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"),
-                                                  ("maximum", "<=")) if key in spec]
+                                                  ("maximum", "<="), ("exclusiveMaximum", "<"))
+              if key in spec]
     return " ".join([words, " and ".join(bounds)]).strip()
 
 
-def resolve(kind: str, spec: dict) -> tuple[Component, dict]:
+class NoFit(ValueError):
+    """No value fits an ``auto`` parameter on a backbone; ``kind`` and ``key`` name it."""
+
+    def __init__(self, kind: str, key: str, why: str):
+        self.kind, self.key = kind, key
+        super().__init__(f"{kind}.{key}: auto: {why}")
+
+
+def bind(kind: str, spec: dict, backbone) -> dict:
+    """``spec`` (a sampler or cache with its parameters filled) with every ``auto`` parameter
+    chosen for ``backbone`` (a ``backbones.identity.BackboneIdentity``); NoFit naming the
+    parameter when nothing fits."""
+    component = lookup(kind, spec["name"])
+    out = dict(spec)
+    for key, choose in component.auto.items():
+        if out.get(key) == "auto":
+            try:
+                out[key] = choose(out, backbone)
+            except ValueError as e:
+                raise NoFit(kind, key, str(e)) from None
+    return out
+
+
+def bind_method(method: dict, backbone) -> dict:
+    """A method's concrete parameters for ``backbone``: defaults filled, ranges checked, ``auto``
+    parameters bound (``resolve`` of its sampler and its cache)."""
+    out = dict(method)
+    for part in ("sampler", "cache"):
+        component, params = resolve(part, method[part], backbone)
+        out[part] = {"name": component.name, **params}
+    return out
+
+
+def resolve(kind: str, spec: dict, backbone=None) -> tuple[Component, dict]:
     """The entry of ``spec["name"]`` and its parameters with defaults filled and ranges checked
-    (ValueError naming every bad parameter). Used when a method is built outside a checked
-    campaign (jobs, tests, benchmarks)."""
+    (ValueError naming every bad parameter), ``auto`` parameters bound to ``backbone`` when
+    given. Used when a method is built outside a checked campaign (jobs, tests, benchmarks)."""
     import jsonschema
 
     params = dict(spec)
@@ -359,6 +439,9 @@ def resolve(kind: str, spec: dict) -> tuple[Component, dict]:
                             f"(got {value!r})")
     if problems:
         raise ValueError("; ".join(problems))
+    if backbone is not None:
+        filled = {k: v for k, v in bind(kind, {"name": component.name, **filled}, backbone).items()
+                  if k != "name"}
     return component, filled
 
 

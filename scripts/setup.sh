@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up dlmpipe in ./.venv: PyTorch, the package with its test extras, and the sandbox tool.
-# Idempotent: reruns only do what is missing. Override the interpreter with PYTHON=...,
-# the PyTorch requirement with TORCH_SPEC=... (default torch==2.13.0: the CPU build where the
-# machine provides it, the CUDA build from PyPI on a GPU node).
+# Set up dlmpipe in ./.venv: PyTorch, the package with its test extras, and the sandbox tool;
+# on a SLURM login node (sbatch on PATH) also the Snakemake profile `slurm`
+# (scripts/slurm-profile.sh). Idempotent: reruns only do what is missing. Override the
+# interpreter with PYTHON=..., the PyTorch requirement with TORCH_SPEC=... (default
+# torch==2.13.0: the CPU build where the machine provides it, the CUDA build from PyPI on a GPU
+# node).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -29,9 +31,6 @@ if ! command -v bwrap >/dev/null 2>&1 || [ ! -x /usr/bin/python3 ]; then
   fi
 fi
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  exit 0
-fi
 pip_install() {
   local log
   log=$(mktemp)
@@ -42,9 +41,17 @@ pip_install() {
   fi
   rm -f "$log"
 }
-[ -x $VENV/bin/python ] || "$PYTHON" -m venv $VENV
-echo "setup: installing $TORCH_SPEC and dlmpipe into $VENV"
-pip_install "$TORCH_SPEC"
-pip_install -e ".[test]"
-$VENV/bin/python -c "import torch, snakemake, dlmpipe; print('setup: torch', torch.__version__, '| cuda:', torch.cuda.is_available())"
-echo "$want" > "$stamp"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  [ -x $VENV/bin/python ] || "$PYTHON" -m venv $VENV
+  echo "setup: installing $TORCH_SPEC and dlmpipe into $VENV"
+  pip_install "$TORCH_SPEC"
+  pip_install -e ".[test]"
+  $VENV/bin/python -c "import torch, snakemake, dlmpipe; print('setup: torch', torch.__version__, '| cuda:', torch.cuda.is_available())"
+  echo "$want" > "$stamp"
+fi
+
+# SLURM login node: `snakemake --profile slurm` finds profiles/slurm (an existing profile named
+# slurm, the user's or the site's, is left as it is; the script then says how to use ours)
+if command -v sbatch >/dev/null 2>&1; then
+  PYTHON=$VENV/bin/python bash scripts/slurm-profile.sh
+fi

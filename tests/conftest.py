@@ -1,4 +1,5 @@
-"""Shared fixtures: one torch thread, test campaigns, a Snakemake runner, the trained toy.
+"""Shared fixtures: one torch thread, test campaigns, a Snakemake runner, the trained toy, and
+the ``device`` parameter of the tests that run on every device (``--dlmpipe-device``).
 
 Helpers that are not fixtures live in tests/models.py (tiny models, decoding, hand-built
 logits), tests/workflow.py (running Snakemake, reading dry runs) and tests/checkpoints.py
@@ -6,13 +7,29 @@ logits), tests/workflow.py (running Snakemake, reading dry runs) and tests/check
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from .workflow import CONFIGS, REPO, run_snakemake  # noqa: F401  (re-exported for the tests)
+from .workflow import CONFIGS, REPO, fake_finished_run, run_snakemake  # noqa: F401  (re-exported)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--dlmpipe-device", action="append", default=None, metavar="DEVICE",
+                     help="device the device-parametrized tests run on (repeatable); default: "
+                          "cpu, and cuda where available (benchmarks/device_check.py: cuda)")
+
+
+def pytest_generate_tests(metafunc):
+    """Tests taking ``device`` run once per selected device."""
+    if "device" in metafunc.fixturenames:
+        devices = metafunc.config.getoption("dlmpipe_device") or (
+            ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+        metafunc.parametrize("device", devices)
 
 
 @pytest.fixture(autouse=True)
@@ -46,10 +63,42 @@ def write_config():
 
 
 @pytest.fixture(scope="session")
-def toy_backbone(tmp_path_factory):
-    """The toy backbone trained briefly (40 steps), loaded."""
-    from dlmpipe.backbones import load_backbone
-
+def toy_checkpoint(tmp_path_factory) -> Path:
+    """The toy backbone trained briefly (40 steps), saved in LLaDA's format; once per session."""
     from .models import toy_checkpoint_dir
 
-    return load_backbone(toy_checkpoint_dir(tmp_path_factory.mktemp("toy")))
+    return toy_checkpoint_dir(tmp_path_factory.mktemp("toy"))
+
+
+@pytest.fixture(scope="session")
+def toy_backbone(toy_checkpoint):
+    """The session's toy checkpoint, loaded."""
+    from dlmpipe.backbones import load_backbone
+
+    return load_backbone(toy_checkpoint)
+
+
+def _real_commands_available() -> bool:
+    if os.environ.get("DLMPIPE_DAG_TOUCH") == "1":
+        return False
+    return all(importlib.util.find_spec(m) is not None
+               for m in ("dlmpipe.generate", "dlmpipe.scoring.score"))
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """A workdir holding a finished run of the tiny campaign, shared by the tests that read one
+    (they must not change its outputs): real (trained and decoded in seconds) when the generate
+    and score commands are importable, otherwise ``fake_finished_run``. ``DLMPIPE_DAG_TOUCH=1``
+    forces the fake."""
+    workdir = tmp_path_factory.mktemp("finished")
+    config = CONFIGS / "tiny.yaml"
+    if _real_commands_available():
+        run_snakemake(workdir, "--cores", "2", configfile=config)
+        assert (workdir / "results" / "summary.csv").is_file()
+        assert list((workdir / "results" / "plots").glob("pareto_*.png"))
+    else:
+        fake_finished_run(workdir, config)
+    proc = run_snakemake(workdir, "-n", configfile=config)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    return workdir

@@ -57,19 +57,14 @@ def decode_method(model: Backbone, sampler: dict, cache: dict, prompt: torch.Ten
 
 
 # ---- the trained toy backbone ---------------------------------------------------------------
-_TOY: dict[str, Path] = {}
-
-
 def toy_checkpoint_dir(root: Path, steps: int = 40) -> Path:
-    """Train the toy backbone for a few steps (seconds) and return its checkpoint directory."""
+    """Train the toy backbone for a few steps (seconds) and return its checkpoint directory
+    (the session fixture ``toy_checkpoint`` in conftest.py trains it once for every test)."""
     from dlmpipe.backbones.toy import train_toy
 
-    key = f"{root}:{steps}"
-    if key not in _TOY:
-        out = root / f"toy-{steps}"
-        train_toy(out, seed=0, steps=steps, batch_size=16, log=lambda *_: None)
-        _TOY[key] = out
-    return _TOY[key]
+    out = root / f"toy-{steps}"
+    train_toy(out, seed=0, steps=steps, batch_size=16, log=lambda *_: None)
+    return out
 
 
 # ---- hand-built logits for the sampler rules --------------------------------------------------

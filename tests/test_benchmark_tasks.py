@@ -3,6 +3,7 @@ and the formats without local data here (LiveCodeBench, ET, MATH-500) on small s
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import pickle
 import zlib
@@ -14,8 +15,9 @@ import pytest
 from dlmpipe.cli import main as cli
 from dlmpipe.scoring.code import Settings, parse_test
 from dlmpipe.scoring.score import score_sample
-from dlmpipe.tasks.benchmarks import DATA_ENV, data_dirs, resolve_source
+from dlmpipe.tasks.sources import DATA_ENV, data_dirs, resolve_source
 from dlmpipe.tasks.extract import defines
+from dlmpipe.tasks.livecodebench import pickled_string
 from dlmpipe.tasks.registry import TASK_COLUMNS, TASKS, load_task
 
 SETTINGS = Settings(time_limit=10.0)
@@ -31,7 +33,8 @@ def needs(name: str):
 
 def test_registry_names():
     for name in ("humaneval", "humaneval_plus", "humaneval_et", "mbpp", "mbpp_plus", "mbpp_et",
-                 "livecodebench", "gsm8k", "math500", "toy_code", "toy_arith"):
+                 "livecodebench", "gsm8k", "math500", "toy_code", "toy_arith", "bbh", "gpqa_main",
+                 "gpqa_diamond", "mmlu_pro", "pubmedqa", "pubmedqa_test", "finqa"):
         assert name in TASKS
 
 
@@ -260,3 +263,71 @@ def test_math500_local_file(tmp_path):
     assert score_sample(rows[0], "so the answer is $\\boxed{\\dfrac34}$", SETTINGS)["passed"]
     assert score_sample(rows[0], "\\boxed{0.75}", SETTINGS)["passed"]
     assert not score_sample(rows[1], "\\boxed{5}", SETTINGS)["passed"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Release-format fixtures (tests/data) and the shipped HumanEval-ET file
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+@pytest.mark.parametrize("size", [3, 300, 70_000])  # SHORT_BINUNICODE, framed and unframed BINUNICODE
+def test_pickled_strings_are_read_without_unpickling(protocol, size):
+    text = json.dumps([{"input": "x" * size, "output": "é"}])
+    assert pickled_string(pickle.dumps(text, protocol=protocol)) == text
+
+
+@pytest.mark.parametrize("value", [["a list"], {"a": "dict"}, ("a", "tuple"), 42, b"bytes"])
+def test_pickles_of_anything_but_a_string_are_refused(value):
+    with pytest.raises(ValueError):
+        pickled_string(pickle.dumps(value))
+
+
+def test_livecodebench_release_fixture():
+    rows = {r["task_id"]: r for r in load_task("livecodebench", source=str(DATA / "livecodebench_release_v1.jsonl"))}
+    assert set(rows) == {"abc900_a", "9001"}
+    stdin_spec, func_spec = parse_test(rows["abc900_a"]["test"]), parse_test(rows["9001"]["test"])
+    assert stdin_spec["format"] == "stdin" and len(stdin_spec["cases"]) == 3
+    assert func_spec["format"] == "functional" and func_spec["entry_point"] == "addK"
+    assert len(func_spec["cases"]) == 3
+    stdin_ok = "```python\nn, *xs = open(0).read().split()\nprint(sum(map(int, xs)))\n```"
+    assert score_sample(rows["abc900_a"], stdin_ok, SETTINGS)["passed"]
+    assert not score_sample(rows["abc900_a"], stdin_ok.replace("sum(", "max("), SETTINGS)["passed"]
+    func_ok = ("```python\nclass Solution:\n    def addK(self, nums, k):\n"
+               "        return [x + k for x in nums]\n```")
+    assert score_sample(rows["9001"], func_ok, SETTINGS)["passed"]
+    assert not score_sample(rows["9001"], func_ok.replace("x + k", "x + 1"), SETTINGS)["passed"]
+
+
+@pytest.mark.skipif(not have("sanitized-mbpp.json"), reason="sanitized-mbpp.json not found")
+def test_mbpp_et_release_fixture():
+    rows = {r["task_id"]: r for r in load_task("mbpp_et", source=str(DATA / "MBPP_ET.jsonl"))}
+    assert set(rows) == {"Mbpp/2", "Mbpp/3"}
+    for row in rows.values():  # the reference solutions pass base and ET
+        result = score_sample(row, row["answer"] + "\n```", SETTINGS)
+        assert result["passed"] and result["plus_passed"], result
+    # right on MBPP's own asserts (2, 10, 35, 37), wrong on ET's 91 = 7 * 13
+    small_primes = "def is_not_prime(n):\n    return any(n % p == 0 for p in (2, 3, 5) if p < n)\n```"
+    result = score_sample(rows["Mbpp/3"], small_primes, SETTINGS)
+    assert result["passed"] is True and result["plus_passed"] is False
+
+
+# HumanEval-ET's own defects: /2 compares floats exactly, the others split a loop's asserts from
+# the loop (NameError); every completion, the canonical one included, fails their ET suites
+ET_UPSTREAM_DEFECTS = ["HumanEval/2", "HumanEval/38", "HumanEval/44", "HumanEval/50",
+                       "HumanEval/53", "HumanEval/151"]
+
+
+@needs("HumanEval_ET.jsonl.gz")
+def test_humaneval_et_release_file():
+    rows = {r["task_id"]: r for r in load_task("humaneval_et")}  # default lookup finds the .gz
+    assert len(rows) == 164
+    with gzip.open(next(d for d in data_dirs() if (d / "HumanEval_ET.jsonl.gz").is_file())
+                   / "HumanEval_ET.jsonl.gz", "rt") as f:
+        et = {r["task_id"]: r for r in map(json.loads, f)}
+    assert all(rows[t]["plus_test"].count("\nassert ") == len(et[t]["test_case_list"]) for t in rows)
+    for task_id in ET_UPSTREAM_DEFECTS + ["HumanEval/0", "HumanEval/32", "HumanEval/163"]:
+        result = score_sample(rows[task_id], rows[task_id]["answer"] + "```", SETTINGS)
+        assert result["passed"], (task_id, result)
+        assert result["plus_passed"] is (task_id not in ET_UPSTREAM_DEFECTS), (task_id, result)

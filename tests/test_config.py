@@ -13,7 +13,7 @@ from dlmpipe import campaign as cp
 from dlmpipe import registry
 from dlmpipe.campaign import Campaign, ConfigError, check_config, load_campaign
 
-from .workflow import CONFIGS, REPO
+from .workflow import CONFIGS, REPO, job_blocks
 
 
 def with_change(config: dict, dotted: str, value) -> dict:
@@ -46,7 +46,12 @@ REJECTIONS = [
     ("tasks/toy_code/gen_length", 0, "tasks.toy_code.gen_length"),
     ("tasks/toy_code/gen_length", DELETE, "tasks.toy_code.gen_length: missing"),
     ("tasks/nonesuch", {"gen_length": 8}, "tasks.nonesuch: unknown task"),
+    ("tasks/toy_code/fewshot", 3, "tasks.toy_code.fewshot: task 'toy_code' takes no option 'fewshot'"),
+    ("tasks/bbh", {"gen_length": 8, "fewshot": -1}, "tasks.bbh.fewshot"),
+    ("tasks/humaneval", {"gen_length": 8, "prompt_style": "chat"}, "tasks.humaneval.prompt_style"),
     ("device", "tpu", "device: 'tpu' is not one of"),
+    ("compile", "jit", "compile: 'jit' is not one of"),
+    ("compile", "cuda_graphs", "compile: cuda_graphs needs device: cuda"),  # tiny.yaml: device cpu
     ("sandbox", "none", "sandbox: 'none' is not valid; expected isolation of generated code"),
     ("reference_method", "greedy", "reference_method: 'greedy' is not a method"),
     ("methods/archer-k1", {"sampler": {"name": "saber"}, "cache": {"name": "archer", "K": 1}},
@@ -55,6 +60,17 @@ REJECTIONS = [
     ("methods/archer/name", "a-{cache.Q}", "methods.archer.name: template field {cache.Q}"),
     ("methods/llada-confidence/sampler/block_length", 3, "methods.llada-confidence.sampler.block_length"),
     ("backbones/toy/path", "/tmp", "backbones.toy: expected exactly one of `toy`"),
+    ("methods/archer/gen_length", 0, "methods.archer.gen_length"),
+    ("methods/archer/sweep/gen_length", [8, 0], "methods.archer.sweep.gen_length: 0"),
+    ("methods/archer/sweep/gen_lenght", [8], "methods.archer.sweep.gen_lenght: invalid name"),
+    ("methods/archer/name", "a-{gen_length}", "methods.archer.name: template field {gen_length}"),
+    ("methods/blocked", {"sampler": {"name": "llada_confidence", "block_length": 8},
+                         "cache": {"name": "none"}, "sweep": {"gen_length": [8, 12]}},
+     "methods.blocked.sampler.block_length: 8 does not divide gen_length 12 "
+     "(method blocked-g12, gen_length)"),
+    ("tasks/alias", {"benchmark": "nonesuch", "gen_length": 8},
+     "tasks.alias.benchmark: unknown benchmark 'nonesuch'"),
+    ("tasks/alias", {"benchmark": "", "gen_length": 8}, "tasks.alias.benchmark"),
 ]
 
 
@@ -87,7 +103,7 @@ def test_unknown_sampler_is_one_message_not_a_cascade(tiny_config):
         check_config(config)
     assert err.value.problems == [
         "methods.archer.sampler.name: unknown sampler 'sabre'; known: llada_confidence, saber, "
-        "threshold, factor, random_order"]
+        "threshold, factor, random_order, dream"]
 
 
 def test_defaults_are_filled_from_the_schema(tiny_config):
@@ -110,8 +126,26 @@ def test_jobs_see_the_schema_defaults_of_the_one_validation_pass(tmp_path, snake
     planned = {m["name"]: m for m in map(json.loads, re.findall(r"--method '(\{.*?\})'", proc.stdout))}
     campaign = Campaign(copy.deepcopy(tiny_config))
     for name in campaign.methods:
-        assert planned[name] == campaign.method(name, "toy_code")
+        assert planned[name] == campaign.method(name, "toy_code", "toy")
     assert planned["archer-k1"]["cache"] == {"name": "archer", "K": 1, "refresh": "distance", "A": 8}
+
+
+def test_rules_read_the_config_the_one_pass_filled(tmp_path, snakemake, tiny_config):
+    """Campaign fills `config` itself, the dict the rules read: resources the campaign leaves
+    out reach every job as the schema's defaults, the ones Snakemake's own validator fills."""
+    from snakemake.utils import validate
+
+    theirs = copy.deepcopy(tiny_config)
+    validate(theirs, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    assert "mem_mb" not in tiny_config["resources"]["generate"]  # left to the schema
+    proc = snakemake(tmp_path, "-n", configfile=CONFIGS / "tiny.yaml")
+    seen = set()
+    for rule, body in job_blocks(proc.stdout):
+        if rule in ("train_toy", "generate", "score"):
+            want = theirs["resources"][rule]
+            assert f"runtime={want['runtime']}, mem_mb={want['mem_mb']}" in body, (rule, body)
+            seen.add(rule)
+    assert seen == {"train_toy", "generate", "score"}
 
 
 def test_default_campaign_expands_readable_names():
@@ -123,7 +157,7 @@ def test_default_campaign_expands_readable_names():
                                "spa-r128-uniform", "spa-r128-adaptive-p0.5",
                                "spa-r128-adaptive-parallel", "dllm-cache-kp50-kr7"]
     assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
-    assert c.method("archer-k8", "toy_code") == {**c.methods["archer-k8"], "gen_length": 16}
+    assert c.method("archer-k8", "toy_code", "toy") == {**c.methods["archer-k8"], "gen_length": 16}
     assert "gen_length" not in c.task_options("toy_code")
 
 
@@ -139,6 +173,46 @@ def test_sweeps_expand_as_a_cartesian_product_with_templates(tiny_config):
     assert names == ["llada-confidence", "archer-k1", "archer-kinf", "grid-steps8-temperature0.5",
                      "grid-steps8-temperature1", "grid-steps4-temperature0.5",
                      "grid-steps4-temperature1", "arch-age-a2", "arch-age-a4"]
+
+
+def test_a_method_sets_or_sweeps_gen_length_over_the_tasks(tiny_config):
+    config = with_change(tiny_config, "methods/scaling", {
+        "sampler": {"name": "llada_confidence", "block_length": 4}, "cache": {"name": "none"},
+        "sweep": {"gen_length": [4, 12], "sampler.steps": [12]}})
+    config = with_change(config, "methods/long", {
+        "name": "long-g{gen_length}", "sampler": {"name": "dream"}, "cache": {"name": "none"},
+        "gen_length": 32})
+    c = Campaign(config)
+    assert list(c.methods)[-3:] == ["scaling-g4-steps12", "scaling-g12-steps12", "long-g32"]
+    for task in ("toy_code", "toy_arith"):           # both tasks have gen_length 8
+        assert c.method("scaling-g12-steps12", task, "toy")["gen_length"] == 12
+        assert c.method("long-g32", task, "toy")["gen_length"] == 32
+        assert c.method("archer-k1", task, "toy")["gen_length"] == 8
+    assert "gen_length" not in c.methods["archer-k1"]
+    # the checks see the method's length, not the task's: block 4 divides 4 and 12, not 10 ...
+    with pytest.raises(ConfigError, match=r"block_length: 4 does not divide gen_length 10 "
+                                          r"\(method scaling-g10-steps12, gen_length\)"):
+        Campaign(with_change(config, "methods/scaling/sweep/gen_length", [10]))
+    # ... and 4 steps do not split over the 12 / 4 = 3 blocks
+    with pytest.raises(ConfigError, match="sampler.steps: 4 is not a multiple of the 3 blocks"):
+        Campaign(with_change(config, "methods/scaling/sweep/sampler.steps", [4]))
+
+
+def test_a_task_alias_loads_a_benchmark_under_its_own_name(tiny_config):
+    config = with_change(tiny_config, "tasks/code-2", {"benchmark": "toy_code", "n": 2, "gen_length": 8})
+    c = Campaign(config)
+    assert c.tasks == ["toy_code", "toy_arith", "code-2"]
+    assert c.benchmark("code-2") == "toy_code" and c.benchmark("toy_code") == "toy_code"
+    assert c.task_options("code-2") == {"n": 2}     # passed to the loader unchanged
+    assert c.task_options("toy_code") == {"n": 3, "seed": 1000}
+    # the benchmark's own loader options are checked, whatever the task's name
+    config = with_change(config, "tasks/he-base", {"benchmark": "humaneval", "gen_length": 8,
+                                                   "prompt_style": "completion", "limit": 150})
+    assert Campaign(copy.deepcopy(config)).task_options("he-base") == {"prompt_style": "completion",
+                                                                       "limit": 150}
+    with pytest.raises(ConfigError, match="tasks.code-2.prompt_style: task 'toy_code' takes no "
+                                          "option 'prompt_style'"):
+        Campaign(with_change(config, "tasks/code-2/prompt_style", "completion"))
 
 
 def test_schema_blocks_are_the_registry_entries():

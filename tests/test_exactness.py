@@ -26,6 +26,14 @@ SABER = {"name": "saber", "n": 2, "mu": 2}
 LLADA_BLOCKS = {"name": "llada_confidence", "block_length": 8, "steps": 16}
 THRESHOLD_ONE_BLOCK = {"name": "threshold", "tau": 0.3, "block_length": None}
 SPA_EXACT = {"name": "spa", "rank": 16, "budget": "uniform", "rho": 1.0, "refresh_steps": 1}
+# Dream's native sampler as the papers ran it: SPA-Cache/dLLM-Cache sampled (temperature 0.2,
+# top_p 0.95, entropy), Archer/Saber deterministic; and its other confidences and draws
+DREAM_SAMPLED = {"name": "dream", "alg": "entropy", "temperature": 0.2, "top_p": 0.95}
+# (steps G / 2: every step unmasks >= 1 token; with steps G the first unmasks floor(0.999) = 0,
+# and Archer K = 1 rightly reuses its snapshot of an unchanged state)
+DREAM_GREEDY = {"name": "dream", "alg": "maskgit_plus", "steps": 8}
+DREAM_MARGIN_DRAWN = {"name": "dream", "alg": "topk_margin", "alg_temp": 0.5, "top_k": 8}
+DREAM_ORIGIN = {"name": "dream", "alg": "origin", "steps": 8}
 
 
 def row(sampler: dict, cache: dict, **stats) -> tuple[dict, dict, dict]:
@@ -55,15 +63,25 @@ DEGENERATE = {
                                     recompute_fraction=1.0),
     "dllm_cache-rho1/llada": row(LLADA_BLOCKS, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 1.0},
                                  recompute_fraction=1.0),
+    # under Dream's native sampler (no blocks: the block-serving caches serve the whole response)
+    "archer-k1/dream": row(DREAM_GREEDY, {"name": "archer", "K": 1}),
+    "fast_dllm_prefix/dream": row(DREAM_SAMPLED, {"name": "fast_dllm_prefix", "refresh_interval": 1}),
+    "fast_dllm_dual/dream": row(DREAM_MARGIN_DRAWN, {"name": "fast_dllm_dual", "refresh_interval": 1}),
+    "dkv_decode/dream": row(DREAM_ORIGIN, {"name": "dkv_decode", "refresh_interval": 1}),
+    "dkv_greedy/dream": row(DREAM_MARGIN_DRAWN, {"name": "dkv_greedy", "refresh_interval": 1}),
+    "spa-sparse/dream": row(DREAM_SAMPLED, {**SPA_EXACT, "kv_update": "sparse"}, recompute_fraction=1.0),
+    "dllm_cache-rho0.25/dream": row(DREAM_SAMPLED, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 0.25},
+                                    recompute_fraction=1.0),
 }
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", list(DEGENERATE))
-def test_degenerate_setting_equals_full_recompute(family, name):
+def test_degenerate_setting_equals_full_recompute(family, name, device):
+    """``device``: cpu, and cuda where available (tests/conftest.py; device_check runs it on cuda)."""
     sampler, cache, stats = DEGENERATE[name]
     for seed in (0, 1, 2):
-        model = tiny_backbone(family, seed=seed, n_layers=4)
+        model = tiny_backbone(family, seed=seed, n_layers=4).to(device)
         for p_len in (5, 24):
             prompt = random_prompt(p_len, seed)
             ref = decode_method(model, sampler, {"name": "none"}, prompt, seed=seed)
@@ -133,7 +151,7 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
     prompt = random_prompt(9, 3)
     samplers = {"llada_confidence": {"block_length": 8}, "saber": {"block_length": 8},
                 "threshold": {"block_length": 8}, "factor": {"block_length": 8},
-                "random_order": {"block_length": 8}}
+                "random_order": {"block_length": 8}, "dream": {"alg": "entropy"}}
     assert set(samplers) == set(registry.SAMPLERS)
     for s_name, s_params in samplers.items():
         for c_name in registry.CACHES:

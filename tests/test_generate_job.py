@@ -12,17 +12,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from .models import toy_checkpoint_dir
-
 METHOD = {"name": "llada-confidence", "gen_length": 32,
           "sampler": {"name": "llada_confidence", "block_length": 16, "steps": 32, "temperature": 0.0},
           "cache": {"name": "none"}}
 
 
 @pytest.fixture(scope="module")
-def job_inputs(tmp_path_factory):
+def job_inputs(tmp_path_factory, toy_checkpoint):
     root = tmp_path_factory.mktemp("gen")
-    ckpt = toy_checkpoint_dir(root)
+    ckpt = toy_checkpoint
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     run = lambda *a: subprocess.run([sys.executable, "-m", "dlmpipe", *a], check=True, env=env,  # noqa: E731
                                     capture_output=True, text=True)
@@ -53,8 +51,18 @@ def test_generation_rows_and_provenance(job_inputs):
         assert r["method"] == "llada-confidence" and r["task_id"] == f"toy_code/{r['sample_index']}"
     prov = json.loads(out.with_suffix(".provenance.json").read_text())
     assert prov["seed"] == 3 and prov["config_hash"] == "abc" and prov["torch"]
-    assert "git_revision" in prov and prov["method"] == METHOD
+    assert "git_revision" in prov and prov["method"] == METHOD and prov["compile"] == "none"
     assert not (root / "ref.parquet.journal.jsonl").exists()
+
+
+def test_cuda_graphs_on_a_cpu_stop_the_job_before_it_decodes(job_inputs):
+    root, env = job_inputs
+    out = root / "graphs.parquet"
+    proc = subprocess.run(_cmd(root, out) + ["--compile", "cuda_graphs"], env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode != 0
+    assert "compile: cuda_graphs needs a CUDA device; the model is on cpu" in proc.stderr
+    assert not out.exists()
 
 
 def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs):

@@ -11,7 +11,7 @@ from dlmpipe.samplers.parallel import factor_accepts, threshold_accepts
 
 from .models import HAND_MASK as MASK
 from .models import HAND_PROMPT as P
-from .models import logits_for, random_prompt, start, tiny_backbone
+from .models import decode_method, logits_for, random_prompt, start, tiny_backbone
 
 
 def c(*values):
@@ -29,6 +29,53 @@ def test_factor_rule_on_hand_built_confidences():
     assert factor_accepts(c(0.5, 0.26, 0.25, 0.39), 3.0) == 3    # >= counts; 0.39 < 0.4
     assert factor_accepts(c(0.5), 0.1) == 1
     assert factor_accepts(c(), 1.0) == 0
+
+
+def released_factor_count(sorted_confidence: list[float], f: float) -> int:
+    """Fast-dLLM's released loop (get_transfer_index_dynamic), restated: thresholds
+    1 - f/(n+1) for n = 1..m with the first set to -1, stop at the first candidate below its
+    threshold, and add one when the loop ended at index 0 or at the last index."""
+    thresholds = [-1] + [1 - f / (n + 1) for n in range(2, len(sorted_confidence) + 1)]
+    for top_i in range(len(thresholds)):
+        if sorted_confidence[top_i] < thresholds[top_i]:
+            break
+    if top_i == 0 or top_i == len(thresholds) - 1:
+        top_i += 1
+    return top_i
+
+
+def test_factor_released_rule_differs_exactly_where_the_released_code_does():
+    # f = 1, thresholds 0.667, 0.75, 0.8: only the last of four fails -> paper 3, released 4
+    assert factor_accepts(c(0.99, 0.9, 0.8, 0.79), 1.0) == 3
+    assert factor_accepts(c(0.99, 0.9, 0.8, 0.79), 1.0, released=True) == 4
+    assert factor_accepts(c(0.99, 0.5), 1.0, released=True) == 2       # m = 2, the second fails
+    assert factor_accepts(c(0.99, 0.5, 0.4), 1.0, released=True) == 1  # an earlier one fails
+    assert factor_accepts(c(0.3, 0.2, 0.1), 3.0, released=True) == 3   # paper 2 of 3
+    assert factor_accepts(c(0.99, 0.9, 0.8, 0.8, 0.84), 1.0, released=True) == 5  # all pass
+    assert factor_accepts(c(0.3), 1.0, released=True) == 1
+    assert factor_accepts(c(), 1.0, released=True) == 0
+    g = torch.Generator().manual_seed(0)
+    differ = 0
+    for _ in range(3000):
+        m = int(torch.randint(1, 7, (1,), generator=g))
+        conf = torch.sort(0.5 + 0.5 * torch.rand(m, generator=g, dtype=torch.float64), descending=True).values
+        f = float(torch.rand(1, generator=g)) * 2 + 0.05
+        paper, released = factor_accepts(conf, f), factor_accepts(conf, f, released=True)
+        assert released == released_factor_count(conf.tolist(), f)
+        assert (paper != released) == (m >= 2 and paper == m - 1)
+        differ += paper != released
+    assert differ > 100  # the case is common, not a corner
+
+
+def test_factor_step_with_the_released_rule_accepts_the_failing_last_candidate():
+    probs = [0.99, 0.9, 0.8, 0.79]              # sorted as is; only 0.79 < 0.8 fails
+    for rule, expected in (("paper", [4, 5, 6, MASK]), ("released", [4, 5, 6, 7])):
+        s = build_sampler({"name": "factor", "f": 1.0, "rule": rule, "block_length": 4})
+        x = start(s, 4)
+        s.step(x, logits_for([4, 5, 6, 7], probs))
+        assert x[P:].tolist() == expected, rule
+    with pytest.raises(ValueError, match="rule must be one of paper, released"):
+        build_sampler({"name": "factor", "rule": "code"})
 
 
 def test_threshold_rule_on_hand_built_confidences():
@@ -158,6 +205,38 @@ def test_random_order_is_fixed_at_block_start_seeded_and_announced():
     assert sorted(a[0] + a[1]) == [0, 1, 2, 3] and sorted(a[2] + a[3]) == [4, 5, 6, 7]
     assert any(orders(s) != a for s in range(1, 6))
     assert all(len(d) == 2 for d in a)
+
+
+def test_order_seed_gives_every_sample_the_same_block_orders():
+    def orders(spec, sample_seed):
+        s = build_sampler({"name": "random_order", "block_length": 4, "steps": 8, **spec})
+        x = start(s, 8)
+        s.begin(P, 8, MASK, torch.Generator().manual_seed(sample_seed))
+        seen = []
+        while not s.done:
+            seen += s.due_positions().tolist()
+            s.step(x, logits_for([7] * 8, [0.9] * 8))
+        return seen
+
+    fixed = [orders({"order_seed": 42}, sample) for sample in range(4)]
+    assert all(o == fixed[0] for o in fixed)                     # independent of the sample
+    # block b gets the b-th permutation of a generator seeded with order_seed at the sample's start
+    g = torch.Generator().manual_seed(42)
+    assert fixed[0] == torch.randperm(4, generator=g).tolist() + (torch.randperm(4, generator=g) + 4).tolist()
+    assert orders({"order_seed": 43}, 0) != fixed[0]
+    per_sample = [orders({}, sample) for sample in range(4)]     # null: the sample's generator
+    assert len({tuple(o) for o in per_sample}) > 1
+    assert orders({"order_seed": None}, 2) == per_sample[2]
+    with pytest.raises(ValueError, match="order_seed must be an integer >= 0 or null"):
+        build_sampler({"name": "random_order", "order_seed": -1})
+
+
+def test_order_seed_leaves_temperature_noise_to_the_sample_generator():
+    model = tiny_backbone("llada", seed=4)
+    prompt = random_prompt(6, 4)
+    spec = {"name": "random_order", "block_length": 8, "temperature": 1.0, "order_seed": 42}
+    a, b = (decode_method(model, spec, {"name": "none"}, prompt, seed=s).response for s in (0, 1))
+    assert not torch.equal(a, b)  # same orders, different Gumbel draws
 
 
 def test_temperature_sampling_is_reproducible_with_the_seed():

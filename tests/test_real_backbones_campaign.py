@@ -1,13 +1,22 @@
 """Campaigns over real-format checkpoints (LLaDA, Dream, DiffuCoder): the papers' example config
-dry-runs cleanly, and a small real-benchmark campaign runs end to end on tiny checkpoints."""
+dry-runs cleanly, and small real-benchmark campaigns run end to end on tiny checkpoints."""
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 import yaml
 
+from dlmpipe.scoring.score import score_generations
+from dlmpipe.tasks.sources import data_dirs
+
 from .checkpoints import make_tiny_checkpoint
+from .gold import gold_completion, perturbed_completion
 from .workflow import REPO, job_counts
 
 FAMILIES = {"llada-8b-instruct": "llada", "dream-7b-instruct": "dream",
@@ -21,14 +30,30 @@ def test_papers_campaign_dry_runs_on_real_format_checkpoints(tmp_path, snakemake
     path = write_config(config, tmp_path / "papers.yaml")
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=path)
     counts = job_counts(proc.stdout)
-    n_methods = 1 + 1 + 3 + 2 + 1 + 1
+    n_methods = 1 + 1 + 2 + 1 + 1 + 1
     assert counts["generate"] == 3 * 4 * n_methods
     assert counts["score"] == 3 * 4 * n_methods
     assert counts["svd"] == 3 and counts["prepare_backbone"] == 3 and counts["prepare_task"] == 4
     # generate jobs ask for a GPU on this cuda campaign
-    proc = snakemake(tmp_path, "-n", configfile=path)
+    proc = snakemake(tmp_path, "-n", "-p", configfile=path)
     block = re.search(r"^(?:local)?rule generate:\n((?:    .*\n?)*)", proc.stdout, re.M).group(1)
     assert re.search(r"resources: .*\bgpu=1\b", block)
+    # each backbone decodes with its own settings, as published (configs/papers.yaml)
+    planned = {(b, t, json.loads(m)["name"]): json.loads(m) for b, t, m in re.findall(
+        r"--manifest \S*backbones/([^/]+)/manifest\.json --task-file \S*tasks/(\w+)\.parquet "
+        r"--method '(\{.*?\})'", proc.stdout)}
+    assert len(planned) == counts["generate"]
+    archer_k = {"llada-8b-instruct": (11, 15), "dream-7b-instruct": (17, 9),  # (MBPP, HumanEval)
+                "diffucoder-7b-instruct": (8, 15)}
+    spa = {"llada-8b-instruct": ("llada-8b-instruct", 128), "dream-7b-instruct": ("dream-7b", 32),
+           "diffucoder-7b-instruct": ("dream-7b", 32)}
+    for b in FAMILIES:
+        for t in ("mbpp", "mbpp_plus", "humaneval", "humaneval_plus"):
+            mbpp = t.startswith("mbpp")
+            assert planned[(b, t, "archer")]["cache"]["K"] == archer_k[b][0 if mbpp else 1]
+            assert planned[(b, t, "archer-main")]["cache"]["K"] == (11 if mbpp else 8)
+            cache = planned[(b, t, "spa")]["cache"]
+            assert (cache["profile"], cache["rank"]) == spa[b] and cache["budget"] == "adaptive"
 
 
 def test_real_benchmark_campaign_on_tiny_dream_and_llada(tmp_path, snakemake, write_config):
@@ -63,3 +88,87 @@ def test_real_benchmark_campaign_on_tiny_dream_and_llada(tmp_path, snakemake, wr
         assert gens[b]["token_ids"].map(list).tolist() == ref[b]["token_ids"].map(list).tolist()
     scores = pd.read_parquet(tmp_path / "results" / "scores" / "tiny-dream" / "humaneval" / "saber.parquet")
     assert len(scores) == 2 and set(scores["isolation"]) <= {"bwrap", "process"}
+
+
+FIXTURES = Path(__file__).resolve().parent / "data"
+LCB_SOLUTIONS = {  # tests/data/livecodebench_release_v1.jsonl
+    "abc900_a": "```python\nn, *xs = open(0).read().split()\nprint(sum(map(int, xs)))\n```",
+    "9001": "```python\nclass Solution:\n    def addK(self, nums, k):\n        return [x + k for x in nums]\n```",
+}
+
+
+def _shared(name: str) -> str:
+    for d in data_dirs():
+        if (d / name).exists():
+            return str((d / name).resolve())
+    pytest.skip(f"{name} not in $DLMPIPE_DATA_DIR or ../shared/data")
+
+
+def _code_completion(row: dict, gold: bool) -> str:
+    if row["task_id"] in LCB_SOLUTIONS:
+        good = LCB_SOLUTIONS[row["task_id"]]
+        return good if gold else good.replace("sum(", "max(").replace("x + k", "x - k")
+    if gold:  # the canonical solution, closing the code block the response prefix opened
+        return row["answer"] + "\n```"
+    return f"def {row['entry_point']}(*args):\n    return None\n```"
+
+
+@pytest.mark.slow  # about 30 jobs, 1.5-3 min on 2 cores: the issue's "every benchmark in a tiny campaign"
+def test_every_papers_benchmark_in_a_tiny_campaign(tmp_path, snakemake, write_config):
+    """BBH, GPQA, MMLU-Pro, PubMedQA (both sets), FinQA, MATH-500, HumanEval-ET, MBPP-ET and
+    LiveCodeBench load, prompt through LLaDA's chat template, decode and score in one campaign on
+    a tiny checkpoint; then, on the campaign's own task files, gold answers score 1.0 and
+    perturbed ones 0.0 through the score stage."""
+    bbh_ids = ["bbh/date_understanding/0", "bbh/navigate/0", "bbh/object_counting/0",
+               "bbh/word_sorting/0"]
+    g = 8
+    tasks = {
+        "bbh": {"gen_length": g, "source": _shared("bbh"), "ids": bbh_ids},
+        "gpqa_main": {"gen_length": g, "source": str(FIXTURES / "gpqa_main.csv")},
+        "mmlu_pro": {"gen_length": g, "source": str(FIXTURES / "mmlu_pro_test.jsonl"),
+                     "fewshot_source": str(FIXTURES / "mmlu_pro_validation.jsonl")},
+        "pubmedqa": {"gen_length": g, "source": _shared("pubmedqa_ori_pqal.json.gz"), "limit": 2},
+        "pubmedqa_test": {"gen_length": g, "source": _shared("pubmedqa_test_ground_truth.json"),
+                          "base_source": _shared("pubmedqa_ori_pqal.json.gz"), "limit": 2},
+        "finqa": {"gen_length": g, "source": str(FIXTURES / "finqa_test.json")},
+        "math500": {"gen_length": g, "source": str(FIXTURES / "math500_test.jsonl")},
+        "humaneval_et": {"gen_length": g, "source": _shared("HumanEval_ET.jsonl.gz"), "limit": 2},
+        "mbpp_et": {"gen_length": g, "source": str(FIXTURES / "MBPP_ET.jsonl"),
+                    "base_source": _shared("sanitized-mbpp.json")},
+        "livecodebench": {"gen_length": g, "source": str(FIXTURES / "livecodebench_release_v1.jsonl")},
+    }
+    config = {
+        "seed": 0, "reference_method": "llada-confidence", "device": "cpu",
+        "backbones": {"tiny-llada": {"path": str(make_tiny_checkpoint(tmp_path / "llada", "llada")),
+                                     "chat": True}},
+        "tasks": tasks,
+        "methods": {"llada-confidence": {"sampler": {"name": "llada_confidence"}, "cache": {"name": "none"}}},
+        "resources": {"generate": {"threads": 1}, "score": {"threads": 2}},
+    }
+    snakemake(tmp_path, "--cores", "2", configfile=write_config(config, tmp_path / "papers-tiny.yaml"))
+    results = tmp_path / "results"
+    summary = pd.read_csv(results / "summary.csv").set_index("task")
+    assert set(summary.index) == set(tasks)
+    expected_n = {"bbh": 4, "gpqa_main": 3, "mmlu_pro": 3, "pubmedqa": 2, "pubmedqa_test": 2,
+                  "finqa": 3, "math500": 3, "humaneval_et": 2, "mbpp_et": 2, "livecodebench": 2}
+    assert summary["n"].to_dict() == expected_n
+    assert set(json.loads(summary.loc["bbh", "quality_by_subtask"])) == {
+        "date_understanding", "navigate", "object_counting", "word_sorting"}
+    for task in ("bbh", "gpqa_main", "mmlu_pro", "pubmedqa", "finqa", "math500"):
+        counts = json.loads(summary.loc[task, "verdicts_by_rule"])
+        assert sum(c["passed"] + c["failed"] for c in counts.values()) == expected_n[task]
+    for task in tasks:
+        generations = pq.read_table(results / "generations" / "tiny-llada" / task / "llada-confidence.parquet")
+        rows = {r["task_id"]: r for r in pq.read_table(results / "tasks" / f"{task}.parquet").to_pylist()}
+        if task == "bbh":  # prompts went through the chat template, few-shot exemplars included
+            assert rows["bbh/navigate/0"]["response_prefix"] == "A: Let's think step by step.\n"
+        for gold in (True, False):
+            completions = [(_code_completion(rows[t], gold) if rows[t]["kind"] == "code" else
+                            (gold_completion if gold else perturbed_completion)(rows[t]))
+                           for t in generations.column("task_id").to_pylist()]
+            path = tmp_path / f"{task}-{gold}.parquet"
+            pq.write_table(generations.set_column(generations.column_names.index("completion"),
+                                                  "completion", pa.array(completions)), path)
+            score_generations(path, results / "tasks" / f"{task}.parquet", tmp_path / f"s-{path.name}")
+            scores = pq.read_table(tmp_path / f"s-{path.name}").column("score").to_pylist()
+            assert scores == [1.0 if gold else 0.0] * len(scores), (task, gold, scores)

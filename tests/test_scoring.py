@@ -18,11 +18,12 @@ from dlmpipe.cli import main as cli
 from dlmpipe.scoring.answers import latex_value, math_equal, normalize_math, score_math
 from dlmpipe.scoring.score import score_generations, score_sample
 from dlmpipe.scoring.code import Settings
+from dlmpipe.scoring.extraction import final_answer, gsm8k_strict, last_number
 from dlmpipe.scoring.levels import isolation
-from dlmpipe.tasks.benchmarks import data_dirs, humaneval_package_file
-from dlmpipe.tasks.extract import (code_from_completion, cut_at_stop, final_answer, gsm8k_strict,
-                                   last_number, parses, program_for, sanitize)
+from dlmpipe.tasks.code import humaneval_package_file
+from dlmpipe.tasks.extract import code_from_completion, cut_at_stop, parses, program_for, sanitize
 from dlmpipe.tasks.registry import load_task, write_task_table
+from dlmpipe.tasks.sources import data_dirs
 
 REPO = Path(__file__).resolve().parents[1]
 

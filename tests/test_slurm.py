@@ -1,8 +1,9 @@
 """SLURM: the profile (profiles/slurm) dry-runs the default campaign with GPUs on the generate jobs
 only, and a real single-node cluster (scripts/slurm-local.sh: munged, slurmctld, slurmd, no
-accounting) runs the tiny campaign with the README's command; its generations and scores equal
-a local run's. Where SLURM cannot be installed or started, the cluster test is skipped with the
-reason (pytest -ra prints it), never passed."""
+accounting) runs the tiny campaign with the README's command, `--profile slurm` verbatim after
+setup's profile step (scripts/slurm-profile.sh, which never replaces an existing `slurm`
+profile); its generations and scores equal a local run's. Where SLURM cannot be installed or
+started, the cluster test is skipped with the reason (pytest -ra prints it), never passed."""
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .workflow import REPO, job_blocks, run_snakemake
+from .workflow import CONFIGS, REPO, job_blocks, run_snakemake
 
 PROFILE = REPO / "profiles" / "slurm"
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
@@ -117,6 +118,56 @@ def test_profile_settings():
     assert "localrule: True" in (REPO / "workflow/rules/generate.smk").read_text()  # merge_generations
 
 
+# ---- `--profile slurm`: scripts/slurm-profile.sh (make setup) -----------------------------------
+PROFILE_SCRIPT = REPO / "scripts" / "slurm-profile.sh"
+
+
+def profile_dirs(root: Path, env=os.environ) -> dict:
+    """``env`` with Snakemake's user and site profile directories under ``root``."""
+    return {**env, "XDG_CONFIG_HOME": str(root / "user"), "XDG_CONFIG_DIRS": str(root / "site"),
+            "PYTHON": sys.executable}
+
+
+def link_profile(env: dict) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["bash", str(PROFILE_SCRIPT)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_setup_makes_profile_slurm_dlmpipes(tmp_path):
+    env = profile_dirs(tmp_path)
+    first, again = link_profile(env), link_profile(env)  # idempotent
+    link = tmp_path / "user" / "snakemake" / "slurm"
+    assert link.is_symlink() and link.resolve() == PROFILE.resolve()
+    assert "linked" in first.stdout and "uses dlmpipe's profile" in again.stdout
+    # `--profile slurm` verbatim, from any working directory: dlmpipe's profile and its settings
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-n",
+                           "--profile", "slurm", "--configfile", str(CONFIGS / "tiny.yaml")],
+                          cwd=workdir, env={**env, "DLMPIPE_SLURM_PARTITION": "cpuq"},
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Using profile slurm" in proc.stdout + proc.stderr
+    jobs = [r for rule, r in job_resources(proc.stdout) if rule == "generate"]
+    assert jobs and all(r["slurm_partition"] == "cpuq" for r in jobs)
+
+
+@pytest.mark.parametrize("where", ["user", "site"])
+def test_setup_never_replaces_or_shadows_a_slurm_profile(tmp_path, where):
+    env = profile_dirs(tmp_path)
+    theirs = tmp_path / where / "snakemake" / "slurm"
+    theirs.mkdir(parents=True)
+    (theirs / "config.yaml").write_text("executor: slurm\nslurm-account: theirs\n")
+    proc = link_profile(env)
+    assert (theirs / "config.yaml").read_text() == "executor: slurm\nslurm-account: theirs\n"
+    assert not theirs.is_symlink() and sorted(p.name for p in theirs.iterdir()) == ["config.yaml"]
+    # no user link in front of the site's profile either
+    assert not (tmp_path / "user" / "snakemake" / "slurm").is_symlink()
+    assert f"already exists ({theirs})" in proc.stdout and "--profile profiles/slurm" in proc.stdout
+
+
 # ---- a real cluster -----------------------------------------------------------------------------
 def _script(*args: str, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True,
@@ -190,12 +241,16 @@ def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, tmp_path, tin
         "proc", run_snakemake(local, "--cores", "1", configfile=config, check=False)))
     thread.start()
 
-    # README: activate the environment, optional site settings, then its command verbatim
+    # README: setup's profile step (in this test's own profile directories), activate the
+    # environment, optional site settings, then its command verbatim
     bindir = str(Path(sys.executable).parent)
-    env = {**slurm_cluster, "PATH": bindir + os.pathsep + slurm_cluster.get("PATH", ""),
+    env = {**profile_dirs(tmp_path / "profiles", slurm_cluster),
+           "PATH": bindir + os.pathsep + slurm_cluster.get("PATH", ""),
            "VIRTUAL_ENV": str(Path(bindir).parent),
            "DLMPIPE_SLURM_STATUS_DELAY": "5"}  # poll squeue often: the test's jobs take seconds
+    link_profile(env)
     argv = shlex.split(readme_command())
+    assert argv[-2:] == ["--profile", "slurm"], argv
     if shutil.which(argv[0], path=env["PATH"]) is None:
         argv[:1] = [sys.executable, "-m", "snakemake"]
     argv += ["--configfile", str(config), "--directory", str(cluster)]

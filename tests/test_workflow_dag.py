@@ -1,14 +1,11 @@
 """The workflow's DAG: job counts per rule follow the config, and after a finished run a config
 change schedules exactly the jobs it affects (params rerun trigger, PyPSA-Eur style).
 
-The finished run is real (the tiny campaign, trained and decoded in seconds) when the generate
-and score commands are importable, and otherwise faked: every output created empty and then
-``snakemake --touch --forceall`` records the metadata a real run would (params included).
-``DLMPIPE_DAG_TOUCH=1`` forces the fake.
+The finished run is conftest's ``finished_run`` (real, or faked with ``DLMPIPE_DAG_TOUCH=1``).
 """
 from __future__ import annotations
 
-import importlib.util
+import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +16,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .workflow import (CONFIGS, REPO, expected_counts, fake_finished_run, job_blocks, job_counts,
-                       scheduled)
+from .workflow import CONFIGS, REPO, expected_counts, job_blocks, job_counts, scheduled
 
 
 def decoding_jobs(backbones, tasks, methods) -> set[tuple]:
@@ -51,33 +47,47 @@ def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, snakemake):
     resources = {rule: re.search(r"resources: (.*)", body).group(1) for rule, body in blocks
                  if "resources:" in body}
     assert "gpu=1" in resources["generate"] and "gpu" not in resources["score"]
-    assert "--device cuda" in proc.stdout
+    assert "--device cuda" in proc.stdout and "--compile none" in proc.stdout
+    proc = snakemake(tmp_path, "-n", "-p", "--config", "device=cuda", "compile=cuda_graphs",
+                     configfile=CONFIGS / "tiny.yaml")
+    assert "--device cuda --compile cuda_graphs" in proc.stdout
+
+
+def test_generate_jobs_decode_with_the_effective_gen_length(tmp_path, snakemake, tiny_config,
+                                                            write_config):
+    tiny_config["methods"]["scaling"] = {"sampler": {"name": "dream"}, "cache": {"name": "none"},
+                                         "sweep": {"gen_length": [4, 16]}}
+    tiny_config["tasks"]["code-2"] = {"benchmark": "toy_code", "n": 2, "gen_length": 12}
+    config = write_config(tiny_config, tmp_path / "scaling.yaml")
+    proc = snakemake(tmp_path, "-n", "-p", configfile=config)
+    planned = {}
+    for task, method in re.findall(r"--task-file \S*/tasks/(\S+)\.parquet --method '(\{.*?\})'",
+                                   proc.stdout):
+        method = json.loads(method)
+        planned[(task, method["name"])] = method["gen_length"]
+    assert planned == {(t, m): g for t, length in (("toy_code", 8), ("toy_arith", 8), ("code-2", 12))
+                       for m, g in (("llada-confidence", length), ("archer-k1", length),
+                                    ("archer-kinf", length), ("scaling-g4", 4), ("scaling-g16", 16))}
+    assert "prepare-task --name toy_code --options '{\"n\":2}'" in proc.stdout
+
+
+def test_a_tasks_local_files_are_inputs_of_its_preparation(tmp_path, snakemake, tiny_config,
+                                                           write_config):
+    """`source`, `base_source` and `fewshot_source`: editing any of them rebuilds the task."""
+    data = Path(__file__).resolve().parent / "data"
+    tiny_config["tasks"] = {"mmlu_pro": {"gen_length": 8, "source": str(data / "mmlu_pro_test.jsonl"),
+                                         "fewshot_source": str(data / "mmlu_pro_validation.jsonl")},
+                            "mbpp_et": {"gen_length": 8, "source": str(data / "MBPP_ET.jsonl"),
+                                        "base_source": str(data / "math500_test.jsonl")}}
+    proc = snakemake(tmp_path, "-n", configfile=write_config(tiny_config, tmp_path / "c.yaml"))
+    blocks = re.findall(r"^(?:local)?rule prepare_task:\n((?:    .*\n?)*)", proc.stdout, re.M)
+    inputs = {re.search(r"wildcards: task=(\S+)", b).group(1): re.search(r"input: (.*)", b).group(1)
+              for b in blocks}
+    assert inputs == {"mmlu_pro": f"{data / 'mmlu_pro_test.jsonl'}, {data / 'mmlu_pro_validation.jsonl'}",
+                      "mbpp_et": f"{data / 'MBPP_ET.jsonl'}, {data / 'math500_test.jsonl'}"}
 
 
 # ---- incremental reruns after a finished run ----------------------------------------------------
-def _real_commands_available() -> bool:
-    if os.environ.get("DLMPIPE_DAG_TOUCH") == "1":
-        return False
-    return all(importlib.util.find_spec(m) is not None
-               for m in ("dlmpipe.generate", "dlmpipe.scoring.score"))
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, snakemake):
-    """A workdir holding a finished run of the tiny campaign (real when possible)."""
-    workdir = tmp_path_factory.mktemp("finished")
-    config = CONFIGS / "tiny.yaml"
-    if _real_commands_available():
-        snakemake(workdir, "--cores", "2", configfile=config)
-        assert (workdir / "results" / "summary.csv").is_file()
-        assert list((workdir / "results" / "plots").glob("pareto_*.png"))
-    else:
-        fake_finished_run(workdir, config)
-    proc = snakemake(workdir, "-n", configfile=config)
-    assert "Nothing to be done" in proc.stdout + proc.stderr
-    return workdir
-
-
 def rerun_after(workdir: Path, snakemake, name: str, change) -> set[tuple]:
     """Apply ``change`` to the tiny config and return the jobs a dry run schedules."""
     changed = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
@@ -118,6 +128,20 @@ CHANGES = {
     # the generation length is a decoding parameter, not a loader option: tasks are not rebuilt
     "gen-length": (set_in("tasks/toy_arith/gen_length", 4),
                    decoding_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
+    # a method's own gen_length (overriding the tasks' 8) reruns exactly that method's jobs ...
+    "method-gen-length": (set_in("methods/llada-confidence/gen_length", 4),
+                          decoding_jobs(["toy"], TASKS, ["llada-confidence"]) | REPORT_JOBS),
+    # ... and one equal to the tasks' changes no job's effective length: nothing
+    "method-gen-length-same": (set_in("methods/llada-confidence/gen_length", 8), set()),
+    # a task alias: a registered benchmark under another name is a new task, nothing else reruns
+    "task-alias": (set_in("tasks/code-2", {"benchmark": "toy_code", "n": 2, "gen_length": 8}),
+                   {("prepare_task", None, "code-2", None)}
+                   | decoding_jobs(["toy"], ["code-2"], METHODS) | REPORT_JOBS),
+    # the benchmark a task loads is a param of its preparation; naming the default changes nothing
+    "task-benchmark": (set_in("tasks/toy_arith/benchmark", "toy_code"),
+                       {("prepare_task", None, "toy_arith", None)}
+                       | decoding_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
+    "task-benchmark-default": (set_in("tasks/toy_arith/benchmark", "toy_arith"), set()),
     # a loader option rebuilds the task and everything decoded from it
     "task-loader": (set_in("tasks/toy_arith/n", 2),
                     {("prepare_task", None, "toy_arith", None)}
@@ -133,6 +157,9 @@ CHANGES = {
                 {("score", "toy", t, m) for t in TASKS for m in METHODS} | REPORT_JOBS),
     # naming the level that is already used (bwrap, the default) changes nothing
     "sandbox-default": (set_in("sandbox", "bwrap"), set()),
+    # how fixed-shape steps run changes the times (and with torch_compile possibly the last
+    # bits): every generate job, then what reads them
+    "compile": (set_in("compile", "torch_compile"), decoding_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
     # scheduling settings never rerun anything
     "resources": (set_in("resources", {"score": {"threads": 2}, "generate": {"mem_mb": 1000}}), set()),
 }

@@ -72,11 +72,11 @@ def expected_counts(campaign) -> dict[str, int]:
     counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
               "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
               "plot": 1, "all": 1}
+    # one SVD per backbone that an SPA method (singular proxy) decodes or a drift profile reads
     drift_backbones = {backbone for backbone, _, _ in campaign.analysis_targets("drift")}
-    if any(map(campaign.needs_proxies, campaign.methods)):
-        counts["svd"] = b  # one SVD per backbone that an SPA method (singular proxy) decodes
-    elif drift_backbones:
-        counts["svd"] = len(drift_backbones)  # the drift profile's singular proxy series
+    if (svd := sum(any(campaign.needs_proxies(m, bb) for m in campaign.methods) or bb in drift_backbones
+                   for bb in campaign.backbones)):
+        counts["svd"] = svd
     # analyses (docs/ANALYSES.md): a model job and a local table/figure job per target; the
     # intervention's two branches are scored like generations
     per_target = {"shadow": {"shadow_probe": 1, "shadow_analysis": 1},

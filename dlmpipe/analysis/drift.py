@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from ..engine.budgets import PROFILES, layer_budgets
+from ..engine.spa_profiles import PROFILES, layer_budgets
 from .figures import pyplot, save_figure, write_csv
 
 SERIES_LABELS = {"input": "layer input", "proxy": "singular proxy", "value": "value vectors",

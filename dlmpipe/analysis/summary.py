@@ -22,7 +22,8 @@ SUMMARY_COLUMNS = KEYS + ["quality", "n", "mean_time_s", "mean_nfe", "mean_steps
                           "reference", "pareto"]
 OPTIONAL = ["plus_passed",  # extended (EvalPlus "+", ET) tests, where the task has them
             "stats",  # per-sample statistics (JSON): mean_recompute_fraction reads them
-            "isolation"]  # the sandbox level of each score: the summary lists each row's levels
+            "isolation",  # the sandbox level of each score: the summary lists each row's levels
+            "subtask", "extraction_rule"]  # answer tasks: quality_by_subtask, verdicts_by_rule
 NEEDED = KEYS + ["sample_index", "score", "time_s", "nfe", "steps", "refreshes",
                  "cached_forwards", "revisions"]
 
@@ -92,6 +93,11 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     if "isolation" in scores.columns:  # e.g. "bwrap", "none", "process+landlock+seccomp"
         table = table.merge(isolation_levels(scores, KEYS), on=KEYS, how="left")
         extra.append("isolation")
+    for column, per_group in (("quality_by_subtask", quality_by_subtask),
+                              ("verdicts_by_rule", verdicts_by_rule)):
+        if (values := per_group(scores)) is not None:
+            table = table.merge(values.rename(column).reset_index(), on=KEYS, how="left")
+            extra.append(column)
     for other in also_against:
         col = f"speedup_vs_{other}"
         times = table.loc[table["method"] == other, ["backbone", "task", "mean_time_s"]]
@@ -107,6 +113,33 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     table["n"] = table["n"].astype("int64")
     table["pareto"] = table["pareto"].astype(bool)
     return table[SUMMARY_COLUMNS + extra].sort_values(KEYS[:2], kind="stable").reset_index(drop=True)
+
+
+def quality_by_subtask(scores: pd.DataFrame) -> pd.Series | None:
+    """Per (backbone, task, method), JSON ``{subtask: accuracy}`` (BBH's tasks, MMLU-Pro's
+    categories); None when no task has subtasks."""
+    if "subtask" not in scores.columns or not scores["subtask"].notna().any():
+        return None
+    return scores.groupby(KEYS, sort=False).apply(
+        lambda g: json.dumps({str(k): round(float(v), 6) for k, v in
+                              g.dropna(subset=["subtask"]).groupby("subtask")["score"].mean().items()}),
+        include_groups=False)
+
+
+def verdicts_by_rule(scores: pd.DataFrame) -> pd.Series | None:
+    """Per (backbone, task, method), JSON ``{extraction rule: {"passed": n, "failed": m}}``: how
+    many verdicts each answer-extraction rule produced; None when no task records rules."""
+    if "extraction_rule" not in scores.columns or not scores["extraction_rule"].notna().any():
+        return None
+
+    def counts(g: pd.DataFrame) -> str:
+        out: dict[str, dict[str, int]] = {}
+        for rule, score in zip(g["extraction_rule"].fillna("none"), g["score"]):
+            entry = out.setdefault(str(rule), {"passed": 0, "failed": 0})
+            entry["passed" if score > 0 else "failed"] += 1
+        return json.dumps(out, sort_keys=True)
+
+    return scores.groupby(KEYS, sort=False).apply(counts, include_groups=False)
 
 
 def summarize(scores: list[str], reference: str, out_parquet: str, out_csv: str,

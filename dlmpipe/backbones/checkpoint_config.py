@@ -5,14 +5,11 @@ Read as plain JSON (never remote code), every field checked, so a bad file gives
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from .identity import CheckpointError, family_of
+from .identity import read_json as _read_json
 from .model import BackboneConfig
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory that cannot be loaded; the message names the problem and file."""
 
 
 class _Fields:
@@ -99,18 +96,7 @@ def _config(family, f: _Fields, *, d, layers, heads, kv_heads, mlp, vocab, theta
                           pad_id=pad[0] if pad else None, logit_shift=shift)
 
 
-FAMILY_OF_MODEL_TYPE = {"llada": "llada", "dream": "dream", "qwen2": "dream"}  # compared lower-case
 CONFIG_READERS = {"llada": _llada_config, "dream": _dream_config}
-
-
-def _read_json(file: Path, what: str) -> dict:
-    try:
-        raw = json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{file}: {what} is not valid JSON ({e})") from e
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{file}: {what} must be a JSON object, got {type(raw).__name__}")
-    return raw
 
 
 def read_config(path: Path) -> BackboneConfig:
@@ -120,12 +106,7 @@ def read_config(path: Path) -> BackboneConfig:
     if not cfg_file.is_file():
         raise CheckpointError(f"{cfg_file}: config.json missing (is {path} a checkpoint directory?)")
     raw = _read_json(cfg_file, "config.json")
-    model_type = raw.get("model_type")
-    family = FAMILY_OF_MODEL_TYPE.get(model_type.lower()) if isinstance(model_type, str) else None
-    if family is None:
-        raise CheckpointError(f"{cfg_file}: unknown model_type {model_type!r} "
-                              f"(supported: llada for LLaDA, Dream or qwen2 for Dream/DiffuCoder)")
-    cfg = CONFIG_READERS[family](_Fields(raw, cfg_file))
+    cfg = CONFIG_READERS[family_of(raw, cfg_file)](_Fields(raw, cfg_file))
     gen_file = path / "generation_config.json"
     if gen_file.is_file():
         cfg.stop_ids = _unique(cfg.stop_ids + _Fields(_read_json(gen_file, "generation_config.json"),

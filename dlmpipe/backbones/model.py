@@ -137,25 +137,24 @@ class Backbone(nn.Module):
         """Value heads ``[B, Hkv, T, hd]`` of normed rows."""
         return self.split_heads(self.blocks[layer].v_proj(normed), self.cfg.n_kv_heads)
 
-    def project_qkv(self, layer: int, normed: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys (RoPE'd at ``positions``) and values of normed rows."""
-        rope = self.rope(positions)
+    def project_qkv(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys (RoPE'd with ``rope``, the tables of the rows' positions) and values of
+        normed rows. Callers compute ``rope`` once per forward, not once per layer."""
         return self.queries(layer, normed, rope), self.keys(layer, normed, rope), self.values(layer, normed)
 
-    def qkv(self, layer: int, h: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def qkv(self, layer: int, h: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values of hidden rows ``h [B, T, d]``: norm, then projections."""
-        return self.project_qkv(layer, self.attn_input(layer, h), positions)
+        return self.project_qkv(layer, self.attn_input(layer, h), rope)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Bidirectional attention of query rows over explicit key/value rows (GQA aware).
+        """Bidirectional attention of query rows over explicit key/value rows.
 
         ``q [B, H, Tq, hd]``, ``k, v [B, Hkv, Tk, hd]`` -> ``[B, Tq, H*hd]`` (before attn_out).
+        Grouped-query attention (Dream: 28 query heads over 4 K/V heads) goes through SDPA's own
+        GQA support, which reads each K/V head for its query group in place: no per-layer copy
+        of the cached K/V to H heads (docs/ARCHITECTURE.md, performance shape).
         """
-        groups = self.cfg.n_heads // self.cfg.n_kv_heads
-        if groups > 1:
-            k = k.repeat_interleave(groups, dim=1)
-            v = v.repeat_interleave(groups, dim=1)
-        o = F.scaled_dot_product_attention(q, k, v)
+        o = F.scaled_dot_product_attention(q, k, v, enable_gqa=self.cfg.n_heads != self.cfg.n_kv_heads)
         b, h, t, hd = o.shape
         return o.transpose(1, 2).reshape(b, t, h * hd)
 
@@ -170,28 +169,29 @@ class Backbone(nn.Module):
         return self.head(self.final_norm(h)).float()
 
     # ---- full forward -----------------------------------------------------------------
-    def layer(self, layer: int, h: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """One full block over all rows; returns the new hidden states and this layer's K/V."""
-        q, k, v = self.qkv(layer, h, positions)
+    def layer(self, layer: int, h: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """One full block over all rows (``rope`` from ``self.rope`` of their positions, computed
+        once per forward); returns the new hidden states and this layer's K/V."""
+        q, k, v = self.qkv(layer, h, rope)
         h = h + self.attn_output(layer, self.attend(q, k, v))
         h = h + self.ffn(layer, h)
         return h, k, v
 
     def hidden_states(self, input_ids: Tensor) -> Tensor:
         """Final hidden rows ``[B, N, d]`` (before the final norm) of a full forward."""
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        rope = self.rope(torch.arange(input_ids.shape[1], device=input_ids.device))
         h = self.embed(input_ids)
         for i in range(self.cfg.n_layers):
-            h, _, _ = self.layer(i, h, positions)
+            h, _, _ = self.layer(i, h, rope)
         return h
 
     def hidden_states_storing_kv(self, input_ids: Tensor, kv) -> Tensor:
         """A full forward that also writes every layer's K/V into a preallocated
         ``engine.kv.KVBuffer`` of all rows (in place); returns the final hidden rows."""
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        rope = self.rope(torch.arange(input_ids.shape[1], device=input_ids.device))
         h = self.embed(input_ids)
         for i in range(self.cfg.n_layers):
-            h, k, v = self.layer(i, h, positions)
+            h, k, v = self.layer(i, h, rope)
             kv.write(i, slice(None), k, v)
         return h
 

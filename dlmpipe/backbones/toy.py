@@ -128,10 +128,10 @@ def _masked_forward(model: Backbone, ids: torch.Tensor, key_mask: torch.Tensor) 
     """Training forward that ignores left padding (RoPE is relative, so this equals inference
     on the unpadded prompt)."""
     h = model.embed(ids)
-    positions = torch.arange(ids.shape[1])
+    rope = model.rope(torch.arange(ids.shape[1]))
     attn_mask = key_mask[:, None, None, :]
     for i in range(model.cfg.n_layers):
-        q, k, v = model.qkv(i, h, positions)
+        q, k, v = model.qkv(i, h, rope)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         b, hh, t, hd = o.shape
         h = h + model.attn_output(i, o.transpose(1, 2).reshape(b, t, hh * hd))

@@ -8,6 +8,10 @@ distance d_H(g, g_r) (MASK is a symbol) reaches K, or, for the age controller, e
 
 For logit-shifted families (Dream) the last prompt row is computed with the response rows, since
 it produces the first response position's logits.
+
+The cached forward has fixed shapes within a sample and reads nothing back to the host, so it
+can run as a captured CUDA graph or compiled (``use_compile``, dlmpipe/graphs.py). Its buffers
+(K/V, RoPE tables) are kept across samples of the same shape, so a captured graph is reused.
 """
 from __future__ import annotations
 
@@ -18,11 +22,13 @@ from torch import Tensor
 
 from ..backbones.model import Backbone
 from .base import Cache
+from ..graphs import StepRunner
 from .kv import KVBuffer
 
 
-def hamming_distance(a: Tensor, b: Tensor) -> int:
-    return int((a != b).sum())
+def hamming_distance(a: Tensor, b: Tensor) -> Tensor:
+    """d_H(a, b) as a 0-d tensor on their device (reading it is the caller's choice)."""
+    return (a != b).sum()
 
 
 def parse_radius(K: int | str) -> float:
@@ -34,24 +40,40 @@ class ArcherCache(Cache):
     def __init__(self, model: Backbone, *, K: int | str, refresh: str, A: int):
         super().__init__(model)
         self.K, self.refresh, self.A = parse_radius(K), refresh, A
-        self.refresh_distances: list[int] = []
+        self.refresh_distances: list[int | Tensor] = []
+        self.shape: tuple[int, int] | None = None
+        self.cached_step = StepRunner(self._cached_rows)
+
+    def use_compile(self, mode: str) -> None:
+        super().use_compile(mode)
+        self.cached_step = StepRunner(self._cached_rows, mode)
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
         super().begin(x, prompt_len)
-        n = x.shape[0]
+        m, n = self.model, x.shape[0]
         # rows computed on the cached path: the response, plus the last prompt row when shifted
-        self.first_row = self.model.first_logit_row(prompt_len)
-        self.kv = KVBuffer.for_model(self.model, n)
-        self.positions = torch.arange(n, device=self.model.device)
+        self.first_row = m.first_logit_row(prompt_len)
+        if self.shape != (self.first_row, n):  # else the last sample's buffers (and graph) serve
+            self.kv = KVBuffer.for_model(m, n)
+            self.rope_rows = m.rope(torch.arange(self.first_row, n, device=m.device))
+            self.shape = (self.first_row, n)
         self.anchor: Tensor | None = None
         self.updates_since_refresh = 0
         self.refresh_distances = []
         self.forced: bool | None = None  # force_next: the next forward's decision, once
 
-    def _needs_refresh(self, response: Tensor) -> bool:
+    def _refresh_distance(self, response: Tensor) -> int | Tensor | None:
+        """The distance to the anchor when this forward must refresh, else None. The distance
+        controller reads d_H back to decide (its one host read per step; none at K = inf, which
+        no distance reaches); the age controller decides by count and keeps the distance it
+        records on the device until the sample's statistics are read."""
         if self.refresh == "age":
-            return self.updates_since_refresh >= self.A
-        return hamming_distance(response, self.anchor) >= self.K
+            due = self.updates_since_refresh >= self.A
+            return hamming_distance(response, self.anchor) if due else None
+        if self.K == math.inf:
+            return None
+        distance = int(hamming_distance(response, self.anchor))
+        return distance if distance >= self.K else None
 
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         P = self.prompt_len
@@ -61,9 +83,13 @@ class ArcherCache(Cache):
             return self._full_forward(x)
         self.updates_since_refresh += 1
         forced, self.forced = self.forced, None
-        if self._needs_refresh(response) if forced is None else forced:
+        if forced is None:
+            distance = self._refresh_distance(response)
+        else:  # force_next: the intervention decides, the rule is not consulted
+            distance = hamming_distance(response, self.anchor) if forced else None
+        if distance is not None:
             self.stats.refreshes += 1
-            self.refresh_distances.append(hamming_distance(response, self.anchor))
+            self.refresh_distances.append(distance)
             return self._full_forward(x)
         self.stats.cached_forwards += 1
         return self._cached_forward(x)
@@ -82,16 +108,20 @@ class ArcherCache(Cache):
         return m.response_logits_from_rows(h[:, self.first_row:])[0]
 
     def _cached_forward(self, x: Tensor) -> Tensor:
-        """Run only rows [first_row, N) through every layer over cached prompt K/V."""
+        state = (self.shape, self.kv.keys.data_ptr(), self.rope_rows[0].data_ptr())
+        return self.cached_step(x[self.first_row:], state_key=state)
+
+    def _cached_rows(self, rows: Tensor) -> Tensor:
+        """Run only rows [first_row, N) (token ids ``rows``) through every layer over cached
+        prompt K/V; fresh K/V of these rows is written into the buffer."""
         m, f = self.model, self.first_row
-        positions = self.positions[f:]
-        h = m.embed(x[None, f:])
+        h = m.embed(rows[None])
         for i in range(m.cfg.n_layers):
-            q, k, v = m.qkv(i, h, positions)
+            q, k, v = m.qkv(i, h, self.rope_rows)
             self.kv.write(i, slice(f, None), k, v)
             h = h + m.attn_output(i, m.attend(q, *self.kv.layer(i)))
             h = h + m.ffn(i, h)
         return m.response_logits_from_rows(h)[0]
 
     def extra_stats(self) -> dict:
-        return {"refresh_distances": list(self.refresh_distances)}
+        return {"refresh_distances": [int(d) for d in self.refresh_distances]}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from ..backbones.model import Backbone
+from ..graphs import check_mode
 
 
 @dataclass
@@ -32,14 +33,27 @@ class Cache(ABC):
     (``rows``): ``all_rows`` for most caches; ``block_rows`` / ``masked_rows`` for caches that
     give queries to some rows only (Fast-dLLM, dKV-Cache): only the masked rows of the current
     block that the next update may decode are guaranteed (all of them, or the sampler's
-    ``due_positions`` when it announces them); the rows a call does not serve hold NaN, and the
-    returned tensor may be a buffer the cache reuses, valid until its next call.
+    ``due_positions`` when it announces them); the rows a call does not serve hold NaN. The
+    returned tensor may be a buffer the cache reuses (row caches, captured steps), valid until
+    its next call.
+
+    Inside ``response_logits`` a cache reads nothing back to the host except what its own
+    decision needs (Archer's distance controller: the distance; dKV-Cache: the sizes of the row
+    sets); its state stays on the model's device.
     """
+
+    compile_mode = "none"
 
     def __init__(self, model: Backbone):
         self.model = model
         self.prompt_len = 0
         self.stats = CacheStats()
+
+    def use_compile(self, mode: str) -> None:
+        """How the cache's fixed-shape cached step runs: ``none``, ``cuda_graphs`` or
+        ``torch_compile`` (dlmpipe/graphs.py; the campaign key ``compile``). Caches without such
+        a step (all but Archer so far) run eagerly whatever the mode."""
+        self.compile_mode = check_mode(mode)
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
         """Start a new sample whose sequence is ``x [N]`` with the prompt in ``x[:prompt_len]``."""

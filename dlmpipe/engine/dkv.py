@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..backbones.model import Backbone
-from .row_cache import RowKVCache
+from .row_cache import RowKVCache, indices
 
 
 class DKVCache(RowKVCache):
@@ -52,12 +52,16 @@ class DKVCache(RowKVCache):
 
     @abstractmethod
     def recomputed(self, masked: Tensor, served: Tensor) -> Tensor:
-        """Response rows ``[G]`` (bool) a partial step gives queries to."""
+        """Response rows ``[G]`` (bool) a partial step gives queries to; ``served`` (bool
+        ``[G]``) are the positions it returns logits for."""
 
-    def served_positions(self, masked: Tensor) -> Tensor:
-        """Response positions whose logits this step returns: the masked ones of the block."""
+    def served_mask(self, masked: Tensor) -> Tensor:
+        """Response positions (bool ``[G]``) whose logits this step returns: the masked ones of
+        the block."""
         lo, hi = self.block
-        return masked[lo:hi].nonzero()[:, 0] + lo
+        served = torch.zeros_like(masked)
+        served[lo:hi] = masked[lo:hi]
+        return served
 
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         P = self.prompt_len
@@ -65,16 +69,19 @@ class DKVCache(RowKVCache):
         self.stats.nfe += 1
         first = self.previous_masked is None
         self._enter(block)
-        serve = self.served_positions(masked)
+        served = self.served_mask(masked)
         if first or self.is_full_step():
             self.stats.refreshes += 0 if first else 1
+            serve, = indices(served)
             out = self._full_forward(x, serve)
         else:
             self.stats.cached_forwards += 1
             rows = torch.zeros_like(self.positions, dtype=torch.bool)
-            rows[P:] = self.recomputed(masked, serve)
-            rows[serve + self.model.first_logit_row(P)] = True  # Dream: the row before
-            out = self._forward_rows(x, rows.nonzero()[:, 0], serve)
+            rows[P:] = self.recomputed(masked, served)
+            f = self.model.first_logit_row(P)
+            rows[f:f + served.shape[0]] |= served  # Dream: the row before each served position
+            serve, rows = indices(served, rows)    # the partial step's one host read: the shapes
+            out = self._forward_rows(x, rows, serve)
         self.previous_masked = masked
         return out
 
@@ -95,17 +102,18 @@ class DKVGreedyCache(DKVCache):
     def is_full_step(self) -> bool:
         return self.block_step % self.refresh_interval == 0
 
-    def served_positions(self, masked: Tensor) -> Tensor:
+    def served_mask(self, masked: Tensor) -> Tensor:
         if self.due is None:
-            return super().served_positions(masked)
+            return super().served_mask(masked)
         lo, hi = self.block
-        due = self.due.to(masked.device)
-        due = due[(due >= lo) & (due < hi)]
-        return due[masked[due]].sort().values
+        due = torch.zeros_like(masked)
+        due[self.due.to(masked.device)] = True
+        due[:lo] = False
+        due[hi:] = False
+        return due & masked
 
     def recomputed(self, masked: Tensor, served: Tensor) -> Tensor:
-        anchors = self.previous_masked & ~masked  # decoded since the last forward
-        anchors[served] = True                    # due at the next update
+        anchors = (self.previous_masked & ~masked) | served  # decoded since the last forward, due next
         if self.window == 0:
             return anchors
         near = F.max_pool1d(anchors[None, None].float(), 2 * self.window + 1, stride=1,

@@ -21,6 +21,14 @@ from .base import Cache
 from .kv import KVBuffer
 
 
+def indices(*masks: Tensor) -> list[Tensor]:
+    """Ascending indices of the True entries of each bool mask, reading all their counts back in
+    one host sync (``nonzero`` would sync once per mask); a stable sort puts the True entries
+    first in order."""
+    counts = torch.stack([m.sum() for m in masks]).tolist()
+    return [torch.sort((~m).to(torch.uint8), stable=True).indices[:c] for m, c in zip(masks, counts)]
+
+
 class RowKVCache(Cache):
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
@@ -46,10 +54,10 @@ class RowKVCache(Cache):
         m = self.model
         if rows.numel() == 0:  # nothing changed and nothing due: no row needs a query
             return self._serve(None, rows, serve)
-        positions = self.positions[rows]
+        rope = m.rope(self.positions[rows])
         h = m.embed(x[rows][None])
         for i in range(m.cfg.n_layers):
-            q, k, v = m.qkv(i, h, positions)
+            q, k, v = m.qkv(i, h, rope)
             self.kv.write(i, rows, k, v)
             h = h + m.attn_output(i, m.attend(q, *self.kv.layer(i)))
             h = h + m.ffn(i, h)

@@ -114,6 +114,7 @@ class SelectiveCache(Cache):
         m, f = self.model, self.first_row
         base = 0 if prompt else f  # absolute position of the first tracked row
         h = m.embed(x[None, base:])
+        self.rope_tracked = m.rope(self.positions[base:])  # the tracked rows' tables, once per step
         for layer in range(m.cfg.n_layers):
             h = self._layer(layer, h, base, dense or layer == 0)
         return m.response_logits_from_rows(h[:, f - base:])[0]
@@ -138,7 +139,7 @@ class SelectiveCache(Cache):
                 value_rows = ident[None]  # V of every response row: reused by the K/V update
 
         if selected is None:  # every tracked row: the full layer's math, row for row
-            q, k, v = m.project_qkv(layer, normed, self.positions[base:])
+            q, k, v = m.project_qkv(layer, normed, self.rope_tracked)
             self.kv.write(layer, slice(base, None), k, v)
             a = m.attn_output(layer, m.attend(q, *self.kv.layer(layer)))
             mid = h + a
@@ -184,7 +185,7 @@ class SelectiveCache(Cache):
         tracked row when the identifier already computed it."""
         m, tracked = self.model, slice(base, None)
         if self.kv_update == "dense":
-            self.kv.write(layer, tracked, keys=m.keys(layer, normed, m.rope(self.positions[tracked])))
+            self.kv.write(layer, tracked, keys=m.keys(layer, normed, self.rope_tracked))
         else:
             self.kv.write(layer, base + rows, keys=m.keys(layer, nc, rope))
         if self.kv_update == "sparse":
@@ -198,7 +199,7 @@ class SelectiveCache(Cache):
         """Attention-output identifier: attention must run for every tracked row before the
         selection (why it is the slow identifier); K/V of every row are fresh."""
         m, n_prompt = self.model, self.first_row - base
-        q, k, v = m.project_qkv(layer, normed, self.positions[base:])
+        q, k, v = m.project_qkv(layer, normed, self.rope_tracked)
         self.kv.write(layer, slice(base, None), k, v)
         a_all = m.attn_output(layer, m.attend(q, *self.kv.layer(layer)))
         selected = self._select(layer, a_all[0, n_prompt:], k_rows)

@@ -6,17 +6,18 @@ the whole response over the cached prompt K/V, and every other step recomputes a
 only the ``int(rho(l) * G)`` response rows whose identifier (by default the rank-r singular
 proxy ``S_r B_r^T h`` of the value projection, ``proxies.py``) drifted most since last step.
 
-The layer budget rho(l), t = l / L (budgets.py): a split Gaussian peaking at ``m`` with height
-``rho_p`` and ends ``rho_1`` (t = 0) and ``rho_L`` (t = 1); per-backbone constants in
-``PROFILES``. ``rho_p`` sets the peak with the ends rescaled in proportion (the reference's
-max_update_ratio), ``scale`` multiplies the whole profile, ``left_floor`` clips the left side
-from below. ``budget: uniform`` gives every layer ``rho`` (the paper's ablation).
+The layer budget rho(l), t = l / L: a split Gaussian peaking at ``m`` with height ``rho_p`` and
+ends ``rho_1`` (t = 0) and ``rho_L`` (t = 1); per-backbone constants in ``PROFILES``
+(spa_profiles.py, with ``layer_budgets`` and the rules of ``profile: auto``). ``rho_p`` sets the peak with the ends
+rescaled in proportion (the reference's max_update_ratio), ``scale`` multiplies the whole
+profile, ``left_floor`` clips the left side from below. ``budget: uniform`` gives every layer
+``rho`` (the paper's ablation).
 """
 from __future__ import annotations
 
 from ..backbones.model import Backbone
-from .budgets import layer_budgets
 from .selective import SelectiveCache, rows_for_budget
+from .spa_profiles import layer_budgets
 
 
 class SPACache(SelectiveCache):

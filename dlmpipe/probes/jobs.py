@@ -13,8 +13,8 @@ import pyarrow as pa
 import torch
 
 from .. import registry
-from ..generate import (GENERATION_SCHEMA, Journal, device_name, generation_row, job_samples,
-                        load_job_model, resolve_device, sample_seed)
+from ..generate import (GENERATION_SCHEMA, Journal, bind_job_method, device_name, generation_row,
+                        job_samples, load_job_model, resolve_device, sample_seed)
 from ..io import atomic_write_parquet
 
 PAIR_SCHEMA = pa.schema([
@@ -30,23 +30,26 @@ PAIR_SCHEMA = pa.schema([
 
 def _open(manifest: str, task_file: str, method: dict, out: str, device: str, limit: int | None,
           identity: dict):
+    """The manifest, ``method`` bound to its checkpoint, the device, the task rows, the samples
+    to decode and the journal."""
     from ..backbones.manifest import read_manifest
     from ..tasks import read_task_table
 
     man = read_manifest(manifest)
+    method = bind_job_method(method, man)
     dev = resolve_device(device)
     rows = read_task_table(task_file)
     indices = job_samples(len(rows), "0/1", limit)
     journal = Journal(Path(out).with_name(Path(out).name + ".journal.jsonl"),
                       {**identity, "method": method, "task_file_rows": len(rows), "limit": limit,
                        "backbone": man.get("fingerprint"), "device": device_name(dev)})
-    return man, dev, rows, indices, journal
+    return man, method, dev, rows, indices, journal
 
 
 def run_intervention_job(manifest: str, task_file: str, method: dict, out_pairs: str,
                          out_fresh: str, out_cached: str, seed: int = 0, device: str = "auto",
                          limit: int | None = None, threshold: float = 0.9, follow: int = 5,
-                         proxies: str | None = None) -> None:
+                         proxies: str | None = None, compile: str = "none") -> None:
     """Write the pairs table and each branch's completions as a generations file (scored by
     the score stage like any other); problems without a branch point have no branch rows."""
     from .intervention import intervene
@@ -57,12 +60,13 @@ def run_intervention_job(manifest: str, task_file: str, method: dict, out_pairs:
         raise ValueError(f"the matched-state intervention needs a cache with a prompt snapshot to "
                          f"keep or rebuild ({', '.join(able)}); method {method['name']!r} uses "
                          f"{cache_name!r}")
-    man, dev, rows, indices, journal = _open(
+    man, method, dev, rows, indices, journal = _open(
         manifest, task_file, method, out_pairs, device, limit,
-        {"analysis": "intervention", "seed": seed, "threshold": threshold, "follow": follow})
+        {"analysis": "intervention", "seed": seed, "threshold": threshold, "follow": follow,
+         "compile": compile})
     todo = [i for i in indices if i not in journal.rows]
     if todo:
-        job = load_job_model(man, dev, method, proxies)
+        job = load_job_model(man, dev, method, proxies, compile)
         task = Path(task_file).stem
         for i in todo:
             row = rows[i]
@@ -93,7 +97,7 @@ def run_intervention_job(manifest: str, task_file: str, method: dict, out_pairs:
 
 def run_drift_job(manifest: str, task_file: str, method: dict, out: str, proxies: str | None,
                   rank: int | None = None, tau: float = 0.95, seed: int = 0,
-                  device: str = "auto", limit: int | None = None) -> None:
+                  device: str = "auto", limit: int | None = None, compile: str = "none") -> None:
     """Write the drift records (``probes/drift.py``) of the first ``limit`` problems decoded
     with ``method``; ``proxies``: the backbone's proxies file (the proxy series, rank ``rank``,
     None: the stored rank)."""
@@ -101,13 +105,13 @@ def run_drift_job(manifest: str, task_file: str, method: dict, out: str, proxies
     from ..engine.proxies import load_proxies
     from .drift import DRIFT_SCHEMA, DriftProfile
 
-    man, dev, rows, indices, journal = _open(
+    man, method, dev, rows, indices, journal = _open(
         manifest, task_file, method, out, device, limit,
-        {"analysis": "drift", "seed": seed, "rank": rank, "tau": tau})
+        {"analysis": "drift", "seed": seed, "rank": rank, "tau": tau, "compile": compile})
     todo = [i for i in indices if i not in journal.rows]
     if todo:
         needs = "proxies" in registry.artifacts(method)
-        job = load_job_model(man, dev, method, proxies if needs else None)
+        job = load_job_model(man, dev, method, proxies if needs else None, compile)
         weights = None
         if proxies:
             prox = load_proxies(proxies, man.get("fingerprint"))

@@ -58,7 +58,10 @@ class Action:
     @classmethod
     def of(cls, sampler: Sampler, before: Tensor, after: Tensor, mask_id: int) -> "Action":
         if sampler.last_action is not None:
-            accepted, tokens, remasked = (t.cpu() for t in sampler.last_action)
+            mask, written, remasked = sampler.last_action
+            accepted = mask.cpu().nonzero()[:, 0]
+            tokens = written.cpu()[accepted]
+            remasked = accepted[:0] if remasked is None else remasked.cpu()
         else:  # samplers that only unmask: what changed to a token, what became a mask
             changed = before != after
             accepted = (changed & (after != mask_id)).nonzero()[:, 0]

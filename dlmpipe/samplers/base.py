@@ -1,4 +1,11 @@
-"""The sampler side of the seam: logits -> next response state. A sampler never calls the model."""
+"""The sampler side of the seam: logits -> next response state. A sampler never calls the model.
+
+A sampler keeps its per-step state on the model's device (``begin``'s ``device``) and reads
+nothing back to the host inside a step except what its decision needs (docs/ARCHITECTURE.md,
+performance shape): LLaDA confidence and random order need nothing, Saber and the parallel
+samplers read one small tensor per step. Random numbers are drawn on the CPU from the sample's
+generator (the same tokens on every device) and copied to the device without a host sync.
+"""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -6,19 +13,30 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
+from ..graphs import check_mode
+
 
 class Sampler(ABC):
     """Which logit rows a sampler reads (all, block, masked) is declared in dlmpipe.registry."""
 
+    compile_mode = "none"
+
+    def use_compile(self, mode: str) -> None:
+        """How the sampler's fixed-shape per-step work runs (dlmpipe/graphs.py; the campaign key
+        ``compile``); samplers without such a step (all but LLaDA confidence) run eagerly."""
+        self.compile_mode = check_mode(mode)
+
     def begin(self, prompt_len: int, gen_len: int, mask_id: int,
-              generator: torch.Generator | None = None) -> None:
+              generator: torch.Generator | None = None, device: torch.device | str = "cpu") -> None:
+        """Start a sample; ``device`` is where the sequence and the logits live."""
         self.prompt_len, self.gen_len, self.mask_id = prompt_len, gen_len, mask_id
         self.generator = generator
+        self.device = torch.device(device)
         self.steps = 0
         self.done = False
         self.first_token: Tensor | None = None  # token first held by each position (revisions)
         self.revised: Tensor | None = None
-        self.last_action: tuple[Tensor, Tensor, Tensor] | None = None
+        self.last_action: tuple[Tensor, Tensor, Tensor | None] | None = None
 
     @property
     def block(self) -> tuple[int, int]:
@@ -29,11 +47,12 @@ class Sampler(ABC):
     def step(self, x: Tensor, logits: Tensor) -> None:
         """Update ``x [N]`` in place from response logits ``[G, V]``."""
 
-    #: The last step's action when the sampler records it: (accepted positions, the tokens
-    #: written there, re-masked positions), response coordinates. Saber records it
-    #: (a position can be accepted and re-masked in one step); None: the shadow probe derives
-    #: it from the states before and after the step (docs/ANALYSES.md).
-    last_action: tuple[Tensor, Tensor, Tensor] | None = None
+    #: The last step's action when the sampler records it: (accepted mask ``[G]``, the token
+    #: each accepted position received ``[G]``, re-masked positions or None), on the sampler's
+    #: device, without a host read. Saber records it (a position can be accepted and re-masked
+    #: in one step); None: the shadow probe derives it from the states before and after the
+    #: step (docs/ANALYSES.md).
+    last_action: tuple[Tensor, Tensor, Tensor | None] | None = None
 
     def due_positions(self) -> Tensor | None:
         """Response positions the next ``step`` will decode, when they are fixed before the
@@ -50,17 +69,33 @@ class Sampler(ABC):
         held = self.first_token >= 0
         self.revised |= held & (response != self.first_token)
         newly = (~held) & (response != self.mask_id)
-        self.first_token[newly] = response[newly]
+        self.first_token = torch.where(newly, response, self.first_token)  # no boolean indexing
 
     def stats(self) -> dict:
         revisions = int(self.revised.sum()) if self.revised is not None else 0
         return {"steps": self.steps, "revisions": revisions}
 
 
+def to_device(t: Tensor, device: torch.device) -> Tensor:
+    """A CPU tensor on ``device`` without a host sync: a CUDA copy from pageable memory waits for
+    the stream, one from pinned memory does not (the pinned block is kept until it is done)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def gumbel_noise(shape: torch.Size, generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """Float64 uniforms from the sample's CPU generator, so every device draws the same noise."""
+    return to_device(torch.rand(shape, dtype=torch.float64, generator=generator, device="cpu"), device)
+
+
+def perturbed_argmax(logits: Tensor, temperature: float, u: Tensor) -> Tensor:
+    """``argmax(exp(l) / (-log u) ** T)`` in float64 (``u`` from ``gumbel_noise``)."""
+    return (logits.to(torch.float64).exp() / (-torch.log(u)) ** temperature).argmax(-1)
+
+
 def gumbel_argmax(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
     """LLaDA's sampling: ``argmax(exp(l) / (-log u) ** T)`` in float64; plain argmax at T = 0."""
     if temperature == 0:
         return logits.argmax(-1)
-    l64 = logits.to(torch.float64)
-    u = torch.rand(l64.shape, dtype=torch.float64, generator=generator, device="cpu").to(l64.device)
-    return (l64.exp() / (-torch.log(u)) ** temperature).argmax(-1)
+    return perturbed_argmax(logits, temperature, gumbel_noise(logits.shape, generator, logits.device))

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Sampler, gumbel_argmax
+from ..graphs import StepRunner
+from .base import Sampler, gumbel_noise, perturbed_argmax
 
 
 def transfer_schedule(n_masked: int, steps: int) -> list[int]:
@@ -16,9 +17,14 @@ def transfer_schedule(n_masked: int, steps: int) -> list[int]:
 class LLaDAConfidence(Sampler):
     def __init__(self, *, block_length: int | None, steps: int | None, temperature: float):
         self.block_length_opt, self.steps_opt, self.temperature = block_length, steps, temperature
+        self.scoring = StepRunner(self._score)
 
-    def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
-        super().begin(prompt_len, gen_len, mask_id, generator)
+    def use_compile(self, mode: str) -> None:
+        super().use_compile(mode)
+        self.scoring = StepRunner(self._score, mode)
+
+    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator, device)
         self.block_length = self.block_length_opt or gen_len
         total_steps = self.steps_opt or gen_len
         if gen_len % self.block_length:
@@ -40,14 +46,12 @@ class LLaDAConfidence(Sampler):
         response = x[P:]
         lo, hi = self.block
         if self.block_step == 0:
-            self.schedule = transfer_schedule(int((response[lo:hi] == self.mask_id).sum()),
-                                              self.steps_per_block)
-        x0 = gumbel_argmax(logits, self.temperature, self.generator)
-        p = torch.softmax(logits.to(torch.float64), dim=-1)
-        confidence = torch.gather(p, -1, x0[:, None])[:, 0]
-        masked = response == self.mask_id
-        confidence = torch.where(masked, confidence, torch.tensor(float("-inf"), dtype=torch.float64,
-                                                                  device=confidence.device))
+            # LLaDA splits the masks the block holds at its start over its steps. A step writes
+            # only inside its own block, so a block is untouched, all masks, until its first
+            # step: the count is block_length, known without reading the sequence back.
+            self.schedule = transfer_schedule(self.block_length, self.steps_per_block)
+        noise = (gumbel_noise(logits.shape, self.generator, logits.device),) if self.temperature else ()
+        x0, confidence = self.scoring(logits, response, *noise, state_key=self.mask_id)
         confidence[:lo] = float("-inf")
         confidence[hi:] = float("-inf")
         k = self.schedule[self.block_step]
@@ -55,6 +59,15 @@ class LLaDAConfidence(Sampler):
             chosen = torch.topk(confidence, k).indices
             response[chosen] = x0[chosen]
         self._end_step(response)
+
+    def _score(self, logits: Tensor, response: Tensor, *noise: Tensor) -> tuple[Tensor, Tensor]:
+        """Each position's token and its confidence (float64 softmax probability), -inf at
+        visible positions. Fixed shapes, no host reads, the same for every block: a capturable
+        step (dlmpipe/graphs.py)."""
+        x0 = perturbed_argmax(logits, self.temperature, noise[0]) if noise else logits.argmax(-1)
+        p = torch.softmax(logits.to(torch.float64), dim=-1)
+        confidence = torch.gather(p, -1, x0[:, None])[:, 0]
+        return x0, confidence.masked_fill(response != self.mask_id, float("-inf"))
 
     def _end_step(self, response: Tensor) -> None:
         """Count the step, track revisions, and move to the next block after its last step."""

@@ -8,7 +8,8 @@ decides how many more:
 
 - threshold (tau): every other candidate with confidence >= tau;
 - factor (f): the largest prefix n of the sorted confidences with c_(i) >= 1 - f / (i + 1)
-  for i = 2..n (1-based).
+  for i = 2..n (1-based); ``rule: released`` follows Fast-dLLM's code instead, which differs
+  when only the last of m >= 2 candidates fails (it accepts all m).
 
 ``max_steps_per_block`` (optional) caps a block's steps: its last allowed step accepts every
 remaining candidate, so a block never ends with masks left. These samplers read only the rows
@@ -24,21 +25,25 @@ from torch import Tensor
 from .base import Sampler, gumbel_argmax
 
 
-def threshold_accepts(sorted_confidence: Tensor, tau: float) -> int:
-    """How many of the descending confidences the threshold rule accepts (at least one)."""
-    if sorted_confidence.numel() == 0:
-        return 0
-    return 1 + int((sorted_confidence[1:] >= tau).sum())
-
-
-def factor_accepts(sorted_confidence: Tensor, f: float) -> int:
-    """Largest n with ``c_(i) >= 1 - f / (i + 1)`` for i = 2..n (the first always accepted)."""
+def threshold_accepts(sorted_confidence: Tensor, tau: float) -> Tensor:
+    """How many of the descending confidences the threshold rule accepts (at least one; none of
+    none), as a 0-d tensor on their device (no host sync)."""
     m = sorted_confidence.numel()
-    if m == 0:
-        return 0
-    i = torch.arange(2, m + 1, dtype=torch.float64, device=sorted_confidence.device)
+    return (sorted_confidence[1:] >= tau).sum() + min(m, 1)
+
+
+def factor_accepts(sorted_confidence: Tensor, f: float, released: bool = False) -> Tensor:
+    """Largest n with ``c_(i) >= 1 - f / (i + 1)`` for i = 2..n (the first always accepted), as a
+    0-d tensor on the confidences' device (no host sync).
+
+    ``released``: Fast-dLLM's code (``get_transfer_index_dynamic``) instead; its loop stops at
+    the first failing candidate and adds one when it stopped at the last index, which also
+    accepts the last of m >= 2 candidates when it alone fails (n = m - 1 becomes m)."""
+    m = sorted_confidence.numel()
+    i = torch.arange(2, max(m, 1) + 1, dtype=torch.float64, device=sorted_confidence.device)
     holds = sorted_confidence[1:].to(torch.float64) >= 1 - f / (i + 1)
-    return 1 + int(torch.cumprod(holds.to(torch.int64), 0).sum())
+    n = torch.cumprod(holds.to(torch.int64), 0).sum() + min(m, 1)
+    return torch.where(n == m - 1, m, n) if released and m >= 2 else n
 
 
 class ParallelSampler(Sampler):
@@ -50,17 +55,21 @@ class ParallelSampler(Sampler):
         self.max_steps_per_block = max_steps_per_block
 
     @abstractmethod
-    def accepts(self, sorted_confidence: Tensor) -> int:
-        """How many of the descending candidate confidences this step accepts (at least one)."""
+    def accepts(self, sorted_confidence: Tensor) -> Tensor:
+        """How many of the descending candidate confidences this step accepts (at least one),
+        a 0-d tensor."""
 
-    def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
-        super().begin(prompt_len, gen_len, mask_id, generator)
+    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator, device)
         self.block_length = self.block_length_opt or gen_len
         if gen_len % self.block_length:
             raise ValueError(f"gen_length {gen_len} is not a multiple of block_length {self.block_length}")
         self.num_blocks = gen_len // self.block_length
         self.block_index, self.block_step = 0, 0
         self.accepted_per_step: list[int] = []
+        # masks left in the current block, read back once per step; a block is untouched (all
+        # masks) until its first step, since a step writes inside its own block only
+        self.remaining = self.block_length
 
     @property
     def block(self) -> tuple[int, int]:
@@ -70,7 +79,11 @@ class ParallelSampler(Sampler):
     def step(self, x: Tensor, logits: Tensor) -> None:
         response = x[self.prompt_len:]
         lo, hi = self.block
-        candidates = (response[lo:hi] == self.mask_id).nonzero()[:, 0] + lo
+        m = self.remaining
+        # the block's masked positions, ascending; a stable sort puts them first, which needs no
+        # host sync (nonzero would read the count back)
+        masked = response[lo:hi] == self.mask_id
+        candidates = torch.sort((~masked).to(torch.uint8), stable=True).indices[:m] + lo
         rows = logits[candidates]
         without_mask = rows.clone()
         without_mask[:, self.mask_id] = float("-inf")
@@ -80,14 +93,19 @@ class ParallelSampler(Sampler):
         n = self.accepts(confidence[order])
         self.block_step += 1
         if self.max_steps_per_block is not None and self.block_step >= self.max_steps_per_block:
-            n = candidates.numel()  # the capped block's last step: nothing stays masked
-        chosen = order[:n]
-        response[candidates[chosen]] = tokens[chosen]
-        self.accepted_per_step.append(n)
+            n = torch.full((), m, device=response.device)  # the capped block's last step: nothing stays masked
+        accepted = torch.empty_like(masked[:m])
+        accepted[order] = torch.arange(m, device=response.device) < n  # the n most confident
+        response[candidates] = torch.where(accepted, tokens, response[candidates])
         self.steps += 1
         self._track(response)
-        if not bool((response[lo:hi] == self.mask_id).any()):
+        # the step's one host read: how many were accepted, how many masks the block has left
+        n, self.remaining = torch.stack([n.to(torch.int64),
+                                         (response[lo:hi] == self.mask_id).sum()]).tolist()
+        self.accepted_per_step.append(n)
+        if self.remaining == 0:
             self.block_index, self.block_step = self.block_index + 1, 0
+            self.remaining = self.block_length
             self.done = self.block_index == self.num_blocks
 
     def stats(self) -> dict:
@@ -99,14 +117,14 @@ class ThresholdSampler(ParallelSampler):
         super().__init__(**block_options)
         self.tau = tau
 
-    def accepts(self, sorted_confidence: Tensor) -> int:
+    def accepts(self, sorted_confidence: Tensor) -> Tensor:
         return threshold_accepts(sorted_confidence, self.tau)
 
 
 class FactorSampler(ParallelSampler):
-    def __init__(self, *, f: float, **block_options):
+    def __init__(self, *, f: float, rule: str, **block_options):
         super().__init__(**block_options)
-        self.f = f
+        self.f, self.released = f, rule == "released"
 
-    def accepts(self, sorted_confidence: Tensor) -> int:
-        return factor_accepts(sorted_confidence, self.f)
+    def accepts(self, sorted_confidence: Tensor) -> Tensor:
+        return factor_accepts(sorted_confidence, self.f, self.released)

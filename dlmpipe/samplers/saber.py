@@ -25,15 +25,17 @@ class Saber(Sampler):
         self.n, self.mu, self.block_length_opt = n, mu, block_length
         self.temperature, self.max_steps_per_block = temperature, max_steps_per_block
 
-    def begin(self, prompt_len, gen_len, mask_id, generator=None) -> None:
-        super().begin(prompt_len, gen_len, mask_id, generator)
+    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator, device)
         self.block_length = self.block_length_opt or gen_len
         if gen_len % self.block_length:
             raise ValueError(f"gen_length {gen_len} is not a multiple of block_length {self.block_length}")
         self.block_index, self.block_step = 0, 0
-        self.committed = torch.zeros(gen_len, dtype=torch.bool)
-        self.acc = torch.full((gen_len,), float("nan"), dtype=torch.float64)
-        self.prev_s = torch.zeros(gen_len, dtype=torch.float64)
+        dev = self.device
+        self.committed = torch.zeros(gen_len, dtype=torch.bool, device=dev)
+        self.acc = torch.full((gen_len,), float("nan"), dtype=torch.float64, device=dev)
+        self.prev_s = torch.zeros(gen_len, dtype=torch.float64, device=dev)
+        self.positions = torch.arange(gen_len, device=dev)
         self.accepted_total = 0
         self.remasked_total = 0
 
@@ -43,48 +45,51 @@ class Saber(Sampler):
 
     def step(self, x: Tensor, logits: Tensor) -> None:
         response = x[self.prompt_len:]
-        device = response.device
         edge = self.block[1]
         without_mask = logits.clone()
         without_mask[:, self.mask_id] = float("-inf")
         tok = gumbel_argmax(without_mask, self.temperature, self.generator)
-        p = torch.softmax(logits.to(torch.float64), dim=-1).gather(-1, tok[:, None])[:, 0].cpu()
-        tok = tok.cpu()
+        p = torch.softmax(logits.to(torch.float64), dim=-1).gather(-1, tok[:, None])[:, 0]
 
         # 2. scores left of the block edge, drift against last step's scores
-        s = torch.full((self.gen_len,), float("-inf"), dtype=torch.float64)
+        s = torch.full_like(p, float("-inf"))
         s[:edge] = p[:edge]
         drift = s - self.prev_s
-        drift[~torch.isfinite(drift)] = float("inf")
+        drift = drift.masked_fill(~torch.isfinite(drift), float("inf"))
         self.prev_s = s
 
-        # 3. accept above the running mean of acceptance confidences, at least n
-        recorded = self.acc[~torch.isnan(self.acc)]
-        tau = float(recorded.mean()) if recorded.numel() else 1.0
-        candidate = ~self.committed
-        candidate[edge:] = False
+        # 3. accept above the running mean of acceptance confidences (1 before any), at least
+        # n: then the n most confident candidates (top n of all positions, non-candidates
+        # dropped: the same choice as top min(n, #candidates) of the candidates)
+        recorded = ~torch.isnan(self.acc)
+        count = recorded.sum()
+        tau = torch.where(count > 0, torch.where(recorded, self.acc, 0.0).sum() / count, 1.0)
+        candidate = ~self.committed & (self.positions < edge)
         accept = candidate & (s > tau)
-        if int(accept.sum()) < self.n:
-            conf = torch.where(candidate, s, torch.tensor(float("-inf"), dtype=torch.float64))
-            top = torch.topk(conf, min(self.n, int(candidate.sum()))).indices
-            accept = torch.zeros_like(candidate)
-            accept[top] = True
-        k = int(accept.sum())
-        idx = accept.nonzero()[:, 0]
-        response[idx.to(device)] = tok[idx].to(device)
-        self.committed[idx] = True
-        self.acc[idx] = p[idx]
-        self.accepted_total += k
-        self.last_action = (idx, tok[idx], idx[:0])
+        conf = torch.where(candidate, s, float("-inf"))
+        top = torch.zeros_like(candidate)
+        top[torch.topk(conf, min(self.n, self.gen_len)).indices] = True
+        accept = torch.where(accept.sum() < self.n, top & candidate, accept)
+        response.copy_(torch.where(accept, tok, response))
+        self.committed |= accept
+        self.acc = torch.where(accept, p, self.acc)
+        self.last_action = (accept, tok, None)  # no host read: the shadow probe reads it
         self.steps += 1
         self.block_step += 1
-        self._track(response.cpu())
+        self._track(response)
+
+        # the step's one host read: what decides the next move
+        visible = self.committed & (self.positions < edge)
+        k, finished, block_open, n_visible = torch.stack([
+            accept.sum(), self.committed.all(), (~self.committed[:edge]).any(), visible.sum()
+        ]).tolist()
+        self.accepted_total += k
 
         # 4. stop, or move to the next block without backtracking
-        if bool(self.committed.all()):
+        if finished:
             self.done = True
             return
-        if not bool((~self.committed[:edge]).any()):
+        if not block_open:
             self.block_index += 1
             self.block_step = 0
             return
@@ -95,15 +100,13 @@ class Saber(Sampler):
         r = remask_count(self.n, self.mu, k)
         if r == 0:
             return
-        visible = self.committed.clone()
-        visible[edge:] = False
-        d = torch.where(visible, drift, torch.tensor(float("inf"), dtype=torch.float64))
-        worst = torch.topk(d, min(r, int(visible.sum())), largest=False).indices
-        response[worst.to(device)] = self.mask_id
+        d = torch.where(visible, drift, float("inf"))
+        worst = torch.topk(d, min(r, n_visible), largest=False).indices
+        response[worst] = self.mask_id
         self.committed[worst] = False
         self.remasked_total += int(worst.numel())
-        self.last_action = (idx, tok[idx], worst)
-        self._track(response.cpu())
+        self.last_action = (accept, tok, worst)
+        self._track(response)
 
     def stats(self) -> dict:
         return {**super().stats(), "accepted": self.accepted_total, "remasked": self.remasked_total}

@@ -1,4 +1,10 @@
-"""Answer matching for ``exact`` and ``math`` tasks (no code runs, so no sandbox).
+"""Verdicts for answer tasks (no code runs, so no sandbox): the stated answer against the reference.
+
+Kinds (docs/ARCHITECTURE.md): ``exact`` (the whole completion), ``math`` (numbers compared as
+numbers; LaTeX answers by normalized string or value), ``number`` (FinQA: a number against
+``exe_ans`` within FinQA's tolerance, below), ``choice`` (a letter), ``label`` (one of a closed
+set, case-insensitive) and ``text`` (BBH's free-form answers: exact after whitespace and case).
+Extraction is ``extraction.py``'s; every verdict keeps the extracted answer and its rule.
 
 MATH answers are LaTeX; two spellings of one value must match (``\\dfrac{1}{2}``, ``\\frac12``,
 ``0.5``, ``\\left(1,2\\right)`` and ``(1, 2)``). We normalize the strings the way the usual MATH
@@ -9,11 +15,74 @@ sqrt/pi only: sympy's ``sympify``/``parse_expr`` call ``eval`` and must never se
 from __future__ import annotations
 
 import ast
+import json
 import math
 import operator
 import re
+from dataclasses import dataclass
 
-from ..tasks.extract import clean_number, final_answer
+from .extraction import (Extracted, clean_number, extract_label, extract_latex, extract_letter,
+                         extract_number, extract_text)
+
+ANSWER_KINDS = ("exact", "math", "number", "choice", "label", "text")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One answer task's verdict, the answer it is based on and the rule that extracted it."""
+
+    passed: bool
+    extracted: str | None
+    rule: str
+
+    @property
+    def detail(self) -> str:
+        return f"extracted {self.extracted!r} ({self.rule})"[:200]
+
+
+def check_answer(row: dict, completion: str) -> Verdict:
+    """The verdict on one completion of an answer task (``row``: a task-file row)."""
+    kind, reference = row.get("kind", ""), str(row.get("answer", ""))
+    if kind == "exact":
+        return Verdict(exact_match(completion, reference), completion.strip()[:200], "whole text")
+    if kind == "math":
+        found = extract_number(completion) if is_number(reference) else extract_latex(completion)
+        return _verdict(found, math_equal(found.answer, reference))
+    if kind == "number":
+        found = extract_number(completion)
+        return _verdict(found, finqa_equal(found.answer, reference))
+    if kind == "choice":
+        found = extract_letter(completion, _choices(row))
+        return _verdict(found, found.answer == reference.strip().strip("()"))
+    if kind == "label":
+        found = extract_label(completion, _choices(row))
+        return _verdict(found, (found.answer or "").lower() == reference.strip().lower())
+    if kind == "text":
+        found = extract_text(completion)
+        return _verdict(found, found.answer is not None and _words(found.answer) == _words(reference))
+    raise ValueError(f"not an answer task kind: {kind!r}")
+
+
+def _verdict(found: Extracted, passed: bool) -> Verdict:
+    return Verdict(bool(passed), found.answer, found.rule)
+
+
+def _choices(row: dict) -> list[str]:
+    choices = json.loads(row.get("choices") or "[]")
+    if not choices:
+        raise ValueError(f"{row.get('task_id')}: a {row.get('kind')} task needs its choices")
+    return choices
+
+
+def _words(s: str) -> str:
+    return " ".join(s.split()).lower()
+
+
+def is_number(reference: str) -> bool:
+    """A plain number ("18", "-0.5", "1,000", "25%"): compared as a number, read as one."""
+    s = reference.strip().replace("\\%", "%").replace("\\$", "").replace("$", "")
+    return re.fullmatch(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?%?", s) is not None and \
+        any(ch.isdigit() for ch in s)
 
 _UNIT_WORDS = ("degrees", "degree", "cm", "meters", "meter", "inches", "inch", "feet", "units",
                "dollars", "cents", "square", "sq", "mph", "hours", "minutes", "seconds")
@@ -121,6 +190,39 @@ def math_equal(predicted: str | None, reference: str) -> bool:
 
 
 def score_math(completion: str, reference: str) -> tuple[bool, str]:
-    """(passed, the extracted answer) for one completion of a ``math`` task."""
-    predicted = final_answer(completion)
-    return math_equal(predicted, reference), f"extracted {predicted!r}"[:200]
+    """(passed, detail naming the extracted answer and its rule) for a ``math`` completion."""
+    verdict = check_answer({"kind": "math", "answer": reference}, completion)
+    return verdict.passed, verdict.detail
+
+
+def finqa_equal(predicted: str | None, reference: str) -> bool:
+    """A stated number against FinQA's ``exe_ans`` (a program's output, rounded to 5 decimals).
+
+    Equal when, read as written or as a percentage (FinQA's ``str_to_num`` reads "14.1%" as
+    0.141; a percentage written without its sign is accepted too), the stated number is the
+    reference rounded to the precision it was written with ("14.1%" or "14%" for 0.14136), as
+    long as it keeps two significant digits; otherwise FinQA's own rule: equal at 5 decimals.
+    """
+    if predicted is None:
+        return False
+    try:
+        gold = float(reference)
+    except ValueError:
+        return _words(predicted) == _words(reference)
+    written = predicted.strip().replace("\\%", "%")
+    percent = written.endswith("%")
+    number = clean_number(written.rstrip("%").strip())
+    if not re.fullmatch(r"[-+]?\d*\.?\d+", number):
+        value = latex_value(normalize_math(predicted))
+        return value is not None and math.isclose(value, gold, rel_tol=1e-6, abs_tol=1e-9)
+    value = float(number)
+    decimals = len(number.split(".")[1]) if "." in number else 0
+    significant = len(number.lstrip("+-").replace(".", "").lstrip("0"))
+    scales = (0.01, 1.0) if percent else (1.0, 0.01)
+    for scale in scales:
+        candidate = value * scale
+        if round(candidate, 5) == round(gold, 5):
+            return True
+        if significant >= 2 and abs(candidate - gold) <= 0.5 * 10 ** -decimals * scale + 1e-12:
+            return True
+    return False

@@ -4,9 +4,10 @@ Input rows are ``{"task_id", "solution"}`` (a self-contained program, EvalPlus's
 ``{"task_id", "completion"}`` (continues the task's ``code_prefix``, e.g. the HumanEval prompt);
 math/exact tasks take ``completion`` (or ``solution``) as the model's answer text. Output rows
 repeat the input and add per-suite outcomes (``base_status``/``base_passed``, ``plus_status``/
-``plus_passed`` where the task has extended tests), ``passed`` and the ``isolation`` level. The
-pass@1 summary (mean over tasks of the fraction of passing samples) goes to stdout, closed by a
-warning when any sample ran under a level weaker than bubblewrap (levels.py).
+``plus_passed`` where the task has extended tests), ``passed``, the ``isolation`` level and, for
+answer tasks, ``extracted`` and ``extraction_rule``. The pass@1 summary (mean over tasks of the
+fraction of passing samples) goes to stdout, closed by a warning when any sample ran under a level
+weaker than bubblewrap (levels.py).
 """
 from __future__ import annotations
 
@@ -75,6 +76,8 @@ def score_samples(task: str, samples: str | Path, out: str | Path, workers: int 
                    "passed": res["passed"], "detail": res["detail"], "isolation": res["isolation"]}
         if res.get("plus_status") is not None:
             out_row.update(plus_status=res["plus_status"], plus_passed=res["plus_passed"])
+        if "extraction_rule" in res:
+            out_row.update(extracted=res["extracted"], extraction_rule=res["extraction_rule"])
         scored.append(out_row)
 
     atomic_write_text(out, "".join(json.dumps(row) + "\n" for row in scored))

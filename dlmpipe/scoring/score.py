@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from ..io import atomic_write_parquet
 from ..tasks.registry import read_task_table
-from .answers import exact_match, score_math
+from .answers import ANSWER_KINDS, check_answer
 from .code import Settings, score_code
 from .levels import isolation
 from .sandbox import Isolation
@@ -26,6 +26,8 @@ from .sandbox import Isolation
 SCORE_FIELDS = [("passed", pa.bool_()), ("score", pa.float64()), ("status", pa.string()),
                 ("detail", pa.string()), ("isolation", pa.string())]
 PLUS_FIELDS = [("plus_passed", pa.bool_()), ("plus_status", pa.string())]
+ANSWER_FIELDS = [("extracted", pa.string()), ("extraction_rule", pa.string())]
+SUBTASK_FIELDS = [("subtask", pa.string())]
 
 
 def score_sample(task_row: dict, completion: str, settings: Settings,
@@ -34,16 +36,13 @@ def score_sample(task_row: dict, completion: str, settings: Settings,
     kind = task_row.get("kind", "")
     if kind == "code":
         return score_code(task_row, completion, settings, iso)
-    if kind == "exact":
-        ok = exact_match(completion, task_row["answer"])
-        detail = "" if ok else f"expected {task_row['answer'].strip()!r}"[:200]
-    elif kind == "math":
-        ok, detail = score_math(completion, task_row["answer"])
-    else:
+    if kind not in ANSWER_KINDS:
         return {"passed": False, "score": 0.0, "status": "error",
                 "detail": f"unknown task kind {kind!r}", "isolation": "none"}
-    return {"passed": ok, "score": 1.0 if ok else 0.0, "status": "passed" if ok else "failed",
-            "detail": detail, "isolation": "none"}
+    verdict = check_answer(task_row, completion)
+    return {"passed": verdict.passed, "score": 1.0 if verdict.passed else 0.0,
+            "status": "passed" if verdict.passed else "failed", "detail": verdict.detail,
+            "isolation": "none", "extracted": verdict.extracted, "extraction_rule": verdict.rule}
 
 
 def score_many(pairs: list[tuple[dict, str]], workers: int = 0, settings: Settings | None = None,
@@ -73,7 +72,8 @@ def score_generations(generations_path: str | Path, task_file: str | Path, out: 
                       sandbox: str | None = None) -> None:
     """Write ``scores/{b}/{t}/{method}.parquet``: the generations columns plus ``passed``,
     ``score``, ``status``, ``detail``, ``isolation`` (and ``plus_passed``/``plus_status`` when the
-    task has extended tests). ``options``: time limits and resources (``Settings``); ``sandbox``:
+    task has extended tests; ``extracted``/``extraction_rule`` for answer tasks; ``subtask`` when
+    the task has subtasks). ``options``: time limits and resources (``Settings``); ``sandbox``:
     the isolation level (``score_many``)."""
     generations = pq.read_table(generations_path)
     tasks = {r["task_id"]: r for r in read_task_table(task_file)}
@@ -87,6 +87,11 @@ def score_generations(generations_path: str | Path, task_file: str | Path, out: 
                          progress=f"score {Path(generations_path).name}", sandbox=sandbox)
 
     fields = SCORE_FIELDS + (PLUS_FIELDS if any(r.get("plus_test") for r in tasks.values()) else [])
+    if any(r.get("kind") in ANSWER_KINDS for r in tasks.values()):
+        fields = fields + ANSWER_FIELDS
+    if any(r.get("subtask") for r in tasks.values()):
+        fields = fields + SUBTASK_FIELDS
+        results = [{**res, "subtask": tasks[t].get("subtask") or None} for res, t in zip(results, ids)]
     table = generations.drop_columns([n for n, _ in fields if n in generations.column_names])
     for name, dtype in fields:
         table = table.append_column(pa.field(name, dtype),

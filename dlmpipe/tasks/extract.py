@@ -19,8 +19,7 @@ Code (``program_for``):
    "__main__"``, bare calls to ``print``/``input`` or to functions the program defines) and a
    truncated tail that does not parse is cut back to the longest prefix that does.
 
-Answers (``final_answer``): the last ``\\boxed{...}`` (brace-matched), else GSM8K's strict
-``#### <number>``, else "the answer is <x>", else the last number in the text.
+Final answers of math, choice and label tasks: ``dlmpipe/scoring/extraction.py``.
 """
 from __future__ import annotations
 
@@ -150,63 +149,3 @@ def sanitize(program: str, entry_point: str) -> str:
     for node in reversed(drop):
         lines[node.lineno - 1:node.end_lineno] = []
     return "".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# Final answers (math)
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}``, braces matched."""
-    best = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*", text):
-        i = m.end()
-        if i < len(text) and text[i] == "{":
-            depth, j = 0, i
-            while j < len(text):
-                if text[j] == "{":
-                    depth += 1
-                elif text[j] == "}":
-                    depth -= 1
-                    if depth == 0:
-                        best = text[i + 1:j]
-                        break
-                j += 1
-        else:
-            tail = re.match(r"[^\s$]+", text[i:])  # "\boxed 5"
-            if tail:
-                best = tail.group(0)
-    return best
-
-
-_NUMBER = re.compile(r"-?\$?\s?\d[\d,]*(?:\.\d+)?|-?\.\d+")
-
-
-def clean_number(s: str) -> str:
-    """GSM8K normalization: drop ``,`` ``$`` and a trailing ``.``."""
-    s = s.replace(",", "").replace("$", "").strip()
-    return s[:-1] if s.endswith(".") else s
-
-
-def gsm8k_strict(text: str) -> str | None:
-    m = re.search(r"####\s*\$?\s*(-?[0-9.,]+)", text)
-    return clean_number(m.group(1)) if m else None
-
-
-def last_number(text: str) -> str | None:
-    found = _NUMBER.findall(text)
-    return clean_number(found[-1]) if found else None
-
-
-def final_answer(text: str) -> str | None:
-    text = cut_at_stop(text)
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed
-    strict = gsm8k_strict(text)
-    if strict is not None:
-        return strict
-    m = re.findall(r"answer is[:\s]*\$?([^\n]+?)(?:\.\s|\.?$|\n)", text, re.I)
-    if m:
-        return m[-1].strip().strip("$").strip()
-    return last_number(text)

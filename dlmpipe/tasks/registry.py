@@ -5,6 +5,7 @@ A loader takes the task's options from config.yaml (``n``, ``seed``, ``source``,
 """
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Callable
 
@@ -17,11 +18,11 @@ from .toy import make_examples
 
 TASK_COLUMNS = ["task_id", "prompt", "kind", "answer", "code_prefix", "test", "entry_point"]
 # optional columns, written only when a loader fills them (docs/ARCHITECTURE.md, File contracts)
-OPTIONAL_COLUMNS = ["response_prefix", "plus_test"]
+OPTIONAL_COLUMNS = ["response_prefix", "plus_test", "choices", "subtask"]
 
 
 def _toy_loader(task: str) -> Callable[..., list[dict]]:
-    def load(n: int = 40, seed: int = 1000, **_: object) -> list[dict]:
+    def load(n: int = 40, seed: int = 1000) -> list[dict]:
         rows = make_examples(task, n, seed)
         for r in rows:
             # the completion continues the prompt's `return `; the program is prompt + completion
@@ -33,8 +34,14 @@ def _toy_loader(task: str) -> Callable[..., list[dict]]:
 TASKS: dict[str, Callable[..., list[dict]]] = {
     "toy_code": _toy_loader("toy_code"),
     "toy_arith": _toy_loader("toy_arith"),
-    **LOADERS,  # real benchmarks: humaneval(_plus/_et), mbpp(_plus/_et), livecodebench, gsm8k, math500
+    **LOADERS,  # real benchmarks (dlmpipe/tasks/benchmarks.py)
 }
+
+
+def loader_options(name: str) -> list[str]:
+    """The options a task's loader takes (besides the registry's ``limit`` and ``ids``)."""
+    return [p.name for p in inspect.signature(TASKS[name]).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 def select(rows: list[dict], limit: int | None = None, ids: list[str] | None = None) -> list[dict]:
@@ -54,6 +61,10 @@ def load_task(name: str, **options) -> list[dict]:
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
     limit, ids = options.pop("limit", None), options.pop("ids", None)
+    unknown = sorted(set(options) - set(loader_options(name)))
+    if unknown:
+        raise ValueError(f"task {name!r} takes no option(s) {', '.join(unknown)}; its options: "
+                         f"{', '.join(loader_options(name) + ['limit', 'ids'])}")
     rows = select(TASKS[name](**options), limit=limit, ids=ids)
     columns = TASK_COLUMNS + [c for c in OPTIONAL_COLUMNS if any(c in r for r in rows)]
     return [{c: str(r.get(c, "") or "") for c in columns} for r in rows]

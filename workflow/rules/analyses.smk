@@ -24,6 +24,7 @@ rule shadow_probe:
         method=lambda w: as_json(generate_params(w)["method"]),
         seed=config["seed"],
         device=config["device"],
+        compile=config["compile"],  # the main generate job's: the same trajectory
         config_hash=config_hash,
         shadow=lambda w: as_json({k: option("shadow", k)(w) for k in ("rate", "steps", "seed")}),
         limit=option_flag("shadow", "limit"),
@@ -37,7 +38,7 @@ rule shadow_probe:
     shell:
         "python -m dlmpipe generate --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
-        " --config-hash {params.config_hash} --out {output.trajectory}"
+        " --compile {params.compile} --config-hash {params.config_hash} --out {output.trajectory}"
         " --provenance {output.provenance} --proxies={input.proxies:q} --no-warmup"
         " --shadow {params.shadow:q} --probes-out {output.probes} {params.limit} > {log} 2>&1"
 
@@ -86,6 +87,7 @@ rule intervention:
         method=lambda w: as_json(generate_params(w)["method"]),
         seed=config["seed"],
         device=config["device"],
+        compile=config["compile"],
         threshold=option("intervention", "threshold"),
         follow=option("intervention", "follow"),
         limit=option_flag("intervention", "limit"),
@@ -99,7 +101,7 @@ rule intervention:
     shell:
         "python -m dlmpipe intervene --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
-        " --proxies={input.proxies:q} --threshold {params.threshold} --follow {params.follow}"
+        " --compile {params.compile} --proxies={input.proxies:q} --threshold {params.threshold} --follow {params.follow}"
         " {params.limit} --out-pairs {output.pairs} --out-fresh {output.fresh}"
         " --out-cached {output.cached} > {log} 2>&1"
 
@@ -113,7 +115,7 @@ rule score_branch:
         f"{INTERVENTION}/{{branch}}.scores.parquet",
     params:
         sandbox=score_sandbox(),
-    threads: RESOURCES["score"]["threads"] or workflow.cores
+    threads: score_threads
     resources:
         mem_mb=RESOURCES["score"]["mem_mb"],
         runtime=RESOURCES["score"]["runtime"],
@@ -168,6 +170,7 @@ rule drift_profile:
         method=lambda w: as_json(generate_params(w)["method"]),
         seed=config["seed"],
         device=config["device"],
+        compile=config["compile"],
         rank=option_flag("drift", "rank"),
         tau=option("drift", "tau"),
         limit=option_flag("drift", "limit"),
@@ -181,7 +184,7 @@ rule drift_profile:
     shell:
         "python -m dlmpipe drift-profile --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
-        " --proxies {input.proxies} {params.rank} --tau {params.tau} {params.limit}"
+        " --compile {params.compile} --proxies {input.proxies} {params.rank} --tau {params.tau} {params.limit}"
         " --out {output} > {log} 2>&1"
 
 

@@ -47,17 +47,23 @@ def backbone_input(wildcards):
 
 
 def task_input(wildcards):
-    """A local task source is an input: editing the file rebuilds the task (dataset ids are not)."""
-    source = config["tasks"][wildcards.task].get("source")
-    return [source] if source and Path(source).expanduser().exists() else []
+    """Local task files are inputs: editing one rebuilds the task (dataset ids are not). Besides
+    `source`, a task may read `base_source` (ET's base benchmark, PubMedQA's questions) and
+    `fewshot_source` (exemplars)."""
+    options = config["tasks"][wildcards.task]
+    files = [options.get(key) for key in ("source", "base_source", "fewshot_source")]
+    return [f for f in files if f and Path(f).expanduser().exists()]
 
 
 def generate_params(wildcards):
-    """Everything a generate job's result depends on, besides its input files."""
+    """Everything a generate job's result depends on, besides its input files. The method's
+    parameters are this backbone's and task's: overrides applied, `auto` parameters chosen for
+    the checkpoint (dlmpipe.campaign), so changing them reruns exactly these jobs."""
     return {
-        "method": CAMPAIGN.method(wildcards.method, wildcards.task),
+        "method": CAMPAIGN.method(wildcards.method, wildcards.task, wildcards.backbone),
         "seed": config["seed"],
         "device": config["device"],
+        "compile": config["compile"],
     }
 
 
@@ -91,6 +97,11 @@ def model_job_resources():
     )
 
 
+def score_threads(wildcards=None):
+    """Programs a score job runs at once: all cores unless the campaign says."""
+    return RESOURCES["score"]["threads"] or workflow.cores
+
+
 def score_sandbox():
     """The isolation level of score jobs: config `sandbox`, else $DLMPIPE_SANDBOX, else bwrap.
     Resolved here and passed as a param, so a change reruns the score jobs; whether the level
@@ -112,7 +123,7 @@ def all_scores(wildcards=None):
 def proxies_input(wildcards):
     """The backbone's proxies file for methods that read it (generate jobs of other methods get
     none, so adding SPA methods reruns nothing else)."""
-    if CAMPAIGN.needs_proxies(wildcards.method):
+    if CAMPAIGN.needs_proxies(wildcards.method, wildcards.backbone, wildcards.task):
         return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
     return []
 

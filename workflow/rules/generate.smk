@@ -15,6 +15,7 @@ rule generate:
         method=lambda w: as_json(generate_params(w)["method"]),
         seed=config["seed"],
         device=config["device"],
+        compile=config["compile"],
         config_hash=config_hash,
     threads: generate_threads
     resources:
@@ -27,6 +28,7 @@ rule generate:
     shell:
         "python -m dlmpipe generate --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
+        " --compile {params.compile}"
         " --config-hash {params.config_hash} --out {output.generations}"
         " --provenance {output.provenance} --proxies={input.proxies:q}"
         + ("" if SHARDS == 1 else f" --shard {{wildcards.shard}}/{SHARDS}") + " > {log} 2>&1"

@@ -10,7 +10,7 @@ rule score:
         f"{R}/scores/{{backbone}}/{{task}}/{{method}}.parquet",
     params:
         sandbox=score_sandbox(),
-    threads: RESOURCES["score"]["threads"] or workflow.cores
+    threads: score_threads
     resources:
         mem_mb=RESOURCES["score"]["mem_mb"],
         runtime=RESOURCES["score"]["runtime"],

@@ -1,4 +1,5 @@
-# Tasks: load a benchmark (registry name + loader options) into tasks/{task}.parquet.
+# Tasks: load a benchmark (registry name + loader options) into tasks/{task}.parquet. The task's
+# name is its `benchmark:` (an alias: one benchmark under several names and options) or itself.
 
 
 rule prepare_task:
@@ -8,11 +9,12 @@ rule prepare_task:
     output:
         f"{R}/tasks/{{task}}.parquet",
     params:
+        benchmark=lambda w: CAMPAIGN.benchmark(w.task),
         options=lambda w: as_json(CAMPAIGN.task_options(w.task)),
     log:
         f"{R}/logs/prepare_task/{{task}}.log",
     conda:
         "../../envs/score.yaml"
     shell:
-        "python -m dlmpipe prepare-task --name {wildcards.task} --options {params.options:q}"
+        "python -m dlmpipe prepare-task --name {params.benchmark:q} --options {params.options:q}"
         " --out {output} > {log} 2>&1"

@@ -1,0 +1,145 @@
+"""The device check (``make device-check``): everything that needs a GPU, in one prepared command.
+
+GPU time is scarce, so one command, run once on one GPU (e.g. an H200) in at most 8 minutes,
+checks and measures every GPU path and prints one report (also written to
+``DIR/device_check.txt`` and ``.json``; DIR is ``--out``, else ``$OUT``, else
+``results/device_check``). Parts, each timed, each reported even when another fails:
+
+1. forwards: native LLaDA and Dream forwards on the device against the CPU float32 forward, on
+   tiny checkpoints in the real formats (float32 within 1e-4; bfloat16 within 5% of the largest
+   logit, with the argmax agreement shown);
+2. exactness: the degenerate-setting table of tests/test_exactness.py (every cache, token for
+   token against full recompute), run by pytest on the device;
+3. compiled steps: Archer's cached forward and LLaDA confidence's scoring as replayed CUDA
+   graphs (``compile: cuda_graphs``) give the eager tokens;
+4. host syncs: per step, every sampler x cache reads back exactly what its decisions need
+   (tests/host_sync.py budgets), counted with ``torch.cuda.set_sync_debug_mode``;
+5. the papers' prompt-length table at real LLaDA-8B / Dream-7B shapes, random bf16 weights:
+   full step, Archer's cached step (eager and replayed; the replayed one run once under
+   ``set_sync_debug_mode("error")``), SPA-Cache's sparse step at budgets 0.05..0.5, in ms with
+   speedup and percent of the ideal, P = 128..2048, G = 256; then the peak GPU memory of the
+   8B-shaped model and of each cache at P = 2048;
+6. campaign: tests/configs/tiny.yaml end to end through Snakemake with ``device: cuda``
+   (generation on the GPU, scoring on the CPU); every generate job decoded again on the CPU
+   (float32: the same tokens) and with ``--compile cuda_graphs`` (the same tokens);
+7. torch.compile: Archer's cached step compiled (``mode="reduce-overhead"``) at P = 2048, in a
+   subprocess bounded by the time left.
+
+Without a GPU the same command runs the CPU-sized version of each part (small shapes, one model
+family where the part loops over both, a subset of the exactness table, a one-method campaign;
+CUDA graphs replaced by tests/host_sync.py's replay stand-in, host syncs counted by the same
+file's counter; no memory peak, no torch.compile part), which tests/test_device_check.py runs,
+so the script is known to work before GPU time is spent; its timings say nothing about a GPU.
+Exit status 1 when any check fails.
+
+    python benchmarks/device_check.py [--out DIR] [--device auto|cuda|cpu] [--parts ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+from device_parts import PARTS  # noqa: E402
+
+BUDGET_S = 480  # the whole GPU run: 8 minutes on one H200
+
+
+@dataclass
+class Check:
+    """What the parts share: the device, the report (printed and written as it grows)."""
+    device: torch.device
+    out: Path
+    started: float = field(default_factory=time.perf_counter)
+    lines: list[str] = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    def left(self) -> float:
+        return BUDGET_S - (time.perf_counter() - self.started)
+
+    def say(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def check(self, ok: bool, what: str) -> bool:
+        self.say(f"  [{'ok' if ok else 'FAIL'}] {what}")
+        if not ok:
+            self.failures.append(what)
+        return ok
+
+    def write(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "device_check.txt").write_text("\n".join(self.lines) + "\n")
+        (self.out / "device_check.json").write_text(json.dumps(self.data, indent=1, default=str))
+
+
+def header(ck: Check) -> None:
+    if ck.gpu:
+        p = torch.cuda.get_device_properties(ck.device)
+        what = (f"{p.name}, {p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs, "
+                f"compute capability {p.major}.{p.minor}; CUDA {torch.version.cuda}")
+    else:
+        what = f"no GPU: CPU-sized version of every part ({torch.get_num_threads()} threads)"
+    ck.say(f"dlmpipe device check: {what}; torch {torch.__version__}; python {sys.version.split()[0]}")
+    if ck.gpu:
+        ck.say(f"expected on one H200: parts 1-6 about 3-4 minutes (the campaign's Snakemake run the "
+               f"longest), part 7 takes what is left of the {BUDGET_S} s budget")
+    ck.data["device"] = what
+    ck.data["torch"] = torch.__version__
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "results" / "device_check"))
+    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
+    a = ap.parse_args()
+    device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if a.device == "auto" else a.device))
+    ck = Check(device=device, out=Path(a.out))
+    if not ck.gpu:
+        torch.set_num_threads(1)  # tiny shapes: one thread is fastest and steady on a busy machine
+    header(ck)
+    timings = {}
+    for name in a.parts:
+        title, run = PARTS[name]
+        ck.say("")
+        ck.say(f"== {title}")
+        t = time.perf_counter()
+        try:
+            run(ck)
+        except Exception:  # a broken part is reported; the others still run
+            ck.check(False, f"{name}: raised\n" + traceback.format_exc())
+        timings[name] = time.perf_counter() - t
+        ck.say(f"  ({name}: {timings[name]:.1f} s)")
+        ck.write()
+    total = time.perf_counter() - ck.started
+    ck.say("")
+    ck.say("== summary")
+    ck.say("  time per part: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+           + f"; total {total:.0f} s" + (f" (budget {BUDGET_S} s)" if ck.gpu else ""))
+    ck.say(f"  {'all checks passed' if not ck.failures else f'{len(ck.failures)} check(s) FAILED'}")
+    ck.data["timings_s"] = timings | {"total": total}
+    ck.data["failures"] = ck.failures
+    ck.write()
+    print(f"report: {ck.out / 'device_check.txt'}")
+    return 1 if ck.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""The correctness parts of the device check (benchmarks/device_check.py says what each checks).
+
+Each part takes the shared ``Check`` (device, report) and reports its own lines and verdicts.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from device_speed import compile_step, speed_table
+
+REPO = Path(__file__).resolve().parents[1]
+FAMILIES = ("llada", "dream")
+BF16_REL_TOL = 0.05  # bf16 logits vs CPU float32: |diff| <= 5% of the largest |logit|
+
+
+def families(ck) -> tuple[str, ...]:
+    """Both families on a GPU; the CPU-sized check takes Dream (GQA, shifted logits)."""
+    return FAMILIES if ck.gpu else ("dream",)
+
+
+# ---- 1. native forwards on the device against the CPU float32 forward -----------------------
+def forwards(ck) -> None:
+    from dlmpipe.backbones import load_backbone
+    from tests.checkpoints import make_tiny_checkpoint
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 means float32 (PyTorch's default)
+    size = dict(d_model=256, n_layers=4, n_heads=4, mlp_hidden=512) if ck.gpu else {}
+    with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
+        for family in FAMILIES:
+            path = make_tiny_checkpoint(Path(tmp) / family, family, **size)
+            ref_model = load_backbone(path, "float32", "cpu", with_tokenizer=False)
+            cfg = ref_model.cfg
+            ids = torch.randint(0, cfg.vocab_size, (2, 45), generator=torch.Generator().manual_seed(0))
+            ids[0, 5:9] = cfg.mask_id
+            ref = ref_model(ids)
+            for dtype in ("float32", "bfloat16"):
+                model = load_backbone(path, dtype, ck.device, with_tokenizer=False)
+                out = model(ids.to(ck.device)).float().cpu()
+                diff, scale = (out - ref).abs().max().item(), ref.abs().max().item()
+                agree = (out.argmax(-1) == ref.argmax(-1)).float().mean().item()
+                limit = 1e-4 if dtype == "float32" else BF16_REL_TOL * scale
+                ck.data.setdefault("forwards", {})[f"{family}/{dtype}"] = {"max_abs_diff": diff,
+                                                                          "limit": limit, "argmax_agree": agree}
+                ck.check(diff <= limit, f"{family} ({cfg.n_heads} heads / {cfg.n_kv_heads} K/V heads) "
+                         f"{dtype} on {ck.device.type} vs CPU float32: max |diff| {diff:.2e} <= "
+                         f"{limit:.1e}{' (5% of max |logit| ' + f'{scale:.2f})' if dtype != 'float32' else ''}; "
+                         f"argmax agreement {agree:.1%}")
+
+
+# ---- 2. the degenerate-setting exactness table, by pytest, on the device ---------------------
+def exactness(ck) -> None:
+    test = "tests/test_exactness.py::test_degenerate_setting_equals_full_recompute"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test,
+           "--dlmpipe-device", ck.device.type]
+    if not ck.gpu:
+        cmd += ["-k", "llada and archer"]  # CPU-sized: a subset (make test runs the whole table)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    summary = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+    ck.data["exactness"] = summary
+    ck.check(proc.returncode == 0, f"every cache's degenerate setting equals full recompute on "
+             f"{ck.device.type}, token for token ({' '.join(cmd[3:])}): {summary}")
+    if proc.returncode:
+        ck.say(proc.stdout[-4000:] + proc.stderr[-2000:])
+
+
+# ---- 3. captured steps give the eager tokens --------------------------------------------------
+def compiled_steps(ck) -> None:
+    from dlmpipe import graphs
+    from dlmpipe.decode import decode
+    from dlmpipe.methods import build_method
+    from tests.models import random_prompt, tiny_backbone
+
+    if not ck.gpu:  # the CPU stand-in replays the recorded operations like a graph
+        from tests.host_sync import replay_capture
+        graphs.CAPTURE["cpu"] = replay_capture
+    archer = {"name": "archer", "K": "inf"}
+    samplers = [{"name": "saber", "n": 2, "mu": 2}, {"name": "llada_confidence", "block_length": 8},
+                {"name": "llada_confidence", "temperature": 1.0}]
+    for family in families(ck):
+        model = tiny_backbone(family, seed=3, n_layers=4 if ck.gpu else 2).to(ck.device)
+        for spec in samplers:
+            equal, captures = True, []
+            for mode in ("none", "cuda_graphs"):
+                s, c = build_method({"sampler": spec, "cache": archer}, model, compile=mode)
+                outs = [decode(model, s, c, random_prompt(p, i), 16, torch.Generator().manual_seed(i)).response
+                        for i, p in enumerate((7, 7, 12))]
+                if mode == "none":
+                    ref = outs
+                else:
+                    equal = all(torch.equal(a, b) for a, b in zip(outs, ref))
+                    captures = [c.cached_step.captures, getattr(s, "scoring", None) and s.scoring.captures]
+            ck.check(equal and captures[0] == 2, f"{family} {spec['name']}"
+                     f"{' T=1' if spec.get('temperature') else ''} + archer K=inf, compile cuda_graphs"
+                     f"{'' if ck.gpu else ' (CPU replay stand-in)'}: eager tokens on 3 samples; "
+                     f"cached forward captured {captures[0]}x (2 prompt lengths)"
+                     + (f", scoring {captures[1]}x" if captures[1] else ""))
+
+
+# ---- 4. host syncs per step -------------------------------------------------------------------
+def host_syncs(ck) -> None:
+    from pytest import MonkeyPatch
+
+    from dlmpipe import registry
+    from dlmpipe.methods import build_cache, build_sampler
+    from tests.host_sync import (CACHE_READS, SAMPLER_READS, SAMPLER_SPECS, CudaSyncs, expected_reads,
+                                 host_reads, per_step_reads)
+    from tests.models import random_prompt, tiny_backbone
+
+    how = "torch.cuda.set_sync_debug_mode('warn')" if ck.gpu else "tests/host_sync.py's counter"
+    ck.say(f"  host reads per step ({how}) against each method's budget (sampler: Saber and the "
+           f"parallel ones 1, LLaDA/random order/Dream 0; cache: dKV 1, Archer K=4 1, others 0)")
+    for family in families(ck):
+        model = tiny_backbone(family, seed=4).to(ck.device)
+        for cache_id, (spec, _, _) in CACHE_READS.items():
+            bad = []
+            for s_name in SAMPLER_READS:
+                if registry.pairing_problem(s_name, spec["name"]):
+                    continue
+                sampler = build_sampler(SAMPLER_SPECS[s_name])
+                with MonkeyPatch.context() as mp:
+                    if ck.gpu:
+                        counter = CudaSyncs()
+                        out, steps = per_step_reads(counter, model, sampler, build_cache(spec, model),
+                                                    random_prompt(9, 4))
+                    else:
+                        with host_reads(mp) as counter:
+                            out, steps = per_step_reads(counter, model, sampler, build_cache(spec, model),
+                                                        random_prompt(9, 4))
+                want = expected_reads(s_name, cache_id, len(steps))
+                if steps != want:
+                    bad.append(f"{s_name}: {steps} != {want} at {counter.where[:4]}")
+            ck.check(not bad, f"{family} {cache_id}: every sampler within budget" + "".join(f"\n    {b}" for b in bad))
+
+
+# ---- 6. the tiny campaign end to end on the device --------------------------------------------
+def campaign(ck) -> None:
+    import pandas as pd
+    import yaml
+
+    from dlmpipe.campaign import Campaign
+    from dlmpipe.generate import run_generation_job
+    from tests.workflow import CONFIGS, run_snakemake
+
+    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+    config["device"], config["sandbox"] = ck.device.type, "auto"
+    if not ck.gpu:  # CPU-sized: one task scored by exact match, one method
+        config["tasks"] = {"toy_arith": {**config["tasks"]["toy_arith"], "n": 2}}
+        config["methods"] = {"archer": {**config["methods"]["archer"], "sweep": {"cache.K": ["inf"]}}}
+        config["reference_method"] = "archer-kinf"
+    plan = Campaign(config)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cfg = work / "campaign.yaml"
+        cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+        cores = str(min(os.cpu_count() or 2, 8))
+        proc = run_snakemake(work, "--cores", cores, "--resources", "gpu=1", configfile=cfg, check=False)
+        if not ck.check(proc.returncode == 0, f"tiny campaign with device: {ck.device.type} through "
+                        f"Snakemake (--cores {cores})"):
+            ck.say(proc.stdout[-3000:] + proc.stderr[-3000:])
+            return
+        results = work / "results"
+        summary = pd.read_csv(results / "summary.csv")
+        ck.check(len(summary) == len(plan.tasks) * len(plan.methods), f"summary: {len(summary)} rows "
+                 f"({', '.join(sorted(plan.methods))} x {', '.join(plan.tasks)}), quality "
+                 f"{', '.join(f'{q:.2f}' for q in summary['quality'])}")
+        reruns = [("cpu", "none")] + ([(ck.device.type, "cuda_graphs")] if ck.gpu else [])
+        for task in plan.tasks:
+            for method in plan.methods:
+                gens = pd.read_parquet(results / "generations" / "toy" / task / f"{method}.parquet")
+                scores = pd.read_parquet(results / "scores" / "toy" / task / f"{method}.parquet")
+                devices = set(gens["device"])
+                for device, mode in reruns:
+                    if mode == "cuda_graphs" and plan.method(method, task, "toy")["cache"]["name"] != "archer":
+                        continue
+                    out = work / f"rerun-{device}-{mode}-{task}-{method}.parquet"
+                    with contextlib.redirect_stderr(io.StringIO()):  # the job's progress bar
+                        run_generation_job(str(results / "backbones" / "toy" / "manifest.json"),
+                                           str(results / "tasks" / f"{task}.parquet"),
+                                           plan.method(method, task, "toy"), str(out), str(out) + ".json",
+                                           seed=config["seed"], device=device, compile=mode, warmup=False)
+                    again = [list(t) for t in pd.read_parquet(out)["token_ids"]]
+                    first = [list(t) for t in gens["token_ids"]]
+                    differ = [f"sample {i} from position {next(j for j, (a, b) in enumerate(zip(u, v)) if a != b)}"
+                              for i, (u, v) in enumerate(zip(again, first)) if u != v]
+                    ck.check(not differ, f"{task}/{method}: generated on {', '.join(devices)}, scored on "
+                             f"the CPU ({', '.join(sorted(set(scores['status'])))}); {device} compile {mode}: "
+                             + ("the same tokens for all " + str(len(first)) + " samples" if not differ else
+                                "tokens differ (float32 rounds differently on each device: a near tie "
+                                "can flip a token): " + "; ".join(differ)))
+
+
+def skipped_compile(ck) -> None:
+    ck.say("  CPU: skipped (Inductor takes a minute on a CPU; tests/test_graphs.py::"
+           "test_torch_compile_decodes_the_eager_tokens checks its tokens)")
+
+
+PARTS = {
+    "forwards": ("1. native forwards on the device vs CPU float32 (tiny real-format checkpoints)", forwards),
+    "exactness": ("2. degenerate-setting exactness table on the device (pytest)", exactness),
+    "compiled": ("3. captured steps (compile: cuda_graphs) give the eager tokens", compiled_steps),
+    "syncs": ("4. host syncs per step against each method's budget", host_syncs),
+    "table": ("5. prompt-length table (full / Archer cached / SPA sparse) and peak memory", speed_table),
+    "campaign": ("6. tiny campaign end to end on the device, tokens against the CPU", campaign),
+    "torch_compile": ("7. torch.compile'd Archer cached step (reduce-overhead)",
+                      lambda ck: compile_step(ck) if ck.gpu else skipped_compile(ck)),
+}

@@ -1,0 +1,85 @@
+"""Which checkpoint a backbone is, read without torch: its family and the names it goes by.
+
+Method parameters that follow the backbone (SPA-Cache's ``profile: auto``, dlmpipe/registry.py)
+are chosen from this when the campaign is checked, before any job runs, so that a generate job's
+params carry the concrete value. Only config.json (plain JSON) and the directory's path are read;
+checkpoint_config.py checks every other field when a job loads the checkpoint.
+
+LLaDA-8B-Instruct, LLaDA-8B-Base and LLaDA-1.5 share one config.json (docs/MODELS.md): only a
+checkpoint's names tell them apart: config.json's ``_name_or_path`` (written by
+``save_pretrained``), the directory's name (as given and with symlinks resolved), and the hub
+repository of a Hugging Face cache snapshot (``models--GSAI-ML--LLaDA-1.5/snapshots/<rev>``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be loaded; the message names the problem and file."""
+
+
+FAMILY_OF_MODEL_TYPE = {"llada": "llada", "dream": "dream", "qwen2": "dream"}  # compared lower-case
+
+
+@dataclass(frozen=True)
+class BackboneIdentity:
+    """A backbone's family (``llada`` | ``dream``) and checkpoint names (may be empty)."""
+
+    family: str
+    names: tuple[str, ...] = ()
+    source: str = ""  # what it was read from, for messages
+
+    def describe(self) -> str:
+        names = f", checkpoint {' / '.join(self.names)}" if self.names else ""
+        return f"{self.source or 'backbone'} ({self.family} family{names})"
+
+
+def read_json(file: Path, what: str) -> dict:
+    try:
+        raw = json.loads(Path(file).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{file}: {what} is not valid JSON ({e})") from e
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{file}: {what} must be a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def family_of(raw: dict, cfg_file: Path) -> str:
+    """The family of a config.json's ``model_type`` (CheckpointError when unsupported)."""
+    model_type = raw.get("model_type")
+    family = FAMILY_OF_MODEL_TYPE.get(model_type.lower()) if isinstance(model_type, str) else None
+    if family is None:
+        raise CheckpointError(f"{cfg_file}: unknown model_type {model_type!r} "
+                              f"(supported: llada for LLaDA, Dream or qwen2 for Dream/DiffuCoder)")
+    return family
+
+
+def checkpoint_names(path: Path, raw: dict) -> tuple[str, ...]:
+    """The names a checkpoint directory goes by, most specific first, without repeats."""
+    path = Path(path).expanduser()
+    names = []
+    if isinstance(raw.get("_name_or_path"), str) and raw["_name_or_path"].strip():
+        names.append(raw["_name_or_path"].strip())
+    for p in (path.absolute(), path.resolve()):
+        names.append(p.name)
+        if p.parent.name == "snapshots" and p.parent.parent.name.startswith("models--"):
+            names.append(p.parent.parent.name.removeprefix("models--").replace("--", "/"))
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+def checkpoint_identity(path: str | Path) -> BackboneIdentity:
+    """Family and names of a local checkpoint directory (CheckpointError when config.json is
+    missing, unreadable or of an unsupported model_type)."""
+    path = Path(path).expanduser()
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise CheckpointError(f"{cfg_file}: config.json missing (is {path} a checkpoint directory?)")
+    raw = read_json(cfg_file, "config.json")
+    return BackboneIdentity(family_of(raw, cfg_file), checkpoint_names(path, raw), str(path))
+
+
+#: the toy backbone (dlmpipe/backbones/toy.py) is trained by the workflow in LLaDA's format
+TOY = BackboneIdentity("llada", (), "toy backbone")

@@ -1,0 +1,136 @@
+"""Finding and reading benchmark data files: local files (json, jsonl, csv, parquet, gzipped)
+or dataset ids.
+
+Without ``source`` a loader looks for its usual file names (``DEFAULT_FILES``, the upstream
+release's name first) in ``$DLMPIPE_DATA_DIR`` and then in ``../shared/data`` (from the working
+directory and from the repository). A missing or malformed file is a
+``FileNotFoundError``/``ValueError`` naming the file.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+import re
+import zlib
+from pathlib import Path
+from typing import Iterable
+
+DATA_ENV = "DLMPIPE_DATA_DIR"
+DEFAULT_FILES: dict[str, tuple[str, ...]] = {
+    "humaneval_plus": ("HumanEvalPlus-v0.1.10.jsonl.gz",),
+    "mbpp_plus": ("MbppPlus-v0.2.0.jsonl.gz",),
+    "mbpp": ("sanitized-mbpp.json",),
+    "gsm8k": ("gsm8k_test.jsonl",),
+    "math500": ("math500_test.jsonl",),
+    "livecodebench": ("livecodebench_release_v1.jsonl",),
+    "humaneval_et": ("HumanEval_ET.jsonl", "HumanEval_ET.jsonl.gz"),
+    "mbpp_et": ("MBPP_ET.jsonl", "MBPP_ET.jsonl.gz"),
+    "bbh": ("bbh",),
+    "gpqa_main": ("gpqa_main.csv",),
+    "gpqa_diamond": ("gpqa_diamond.csv",),
+    "mmlu_pro": ("mmlu_pro_test.parquet", "mmlu_pro_test.jsonl"),
+    "mmlu_pro_validation": ("mmlu_pro_validation.parquet", "mmlu_pro_validation.jsonl"),
+    "pubmedqa": ("pubmedqa_ori_pqal.json.gz", "ori_pqal.json"),
+    "pubmedqa_test": ("pubmedqa_test_ground_truth.json", "test_ground_truth.json"),
+    "finqa": ("finqa_test.json",),
+}
+
+
+def resolve_source(task: str, source: str | None) -> str | Path:
+    """A local path, or a dataset id (returned as a string) when no such file exists."""
+    if source:
+        path = Path(source).expanduser()
+        if path.exists():
+            return path
+        if _looks_like_dataset_id(str(source)):
+            return str(source)
+        raise FileNotFoundError(f"{task}: data file not found: {path}")
+    names = DEFAULT_FILES[task]
+    for d in data_dirs():
+        for name in names:
+            if (d / name).exists():
+                return (d / name).resolve()
+    looked = ", ".join(str(d / name) for d in data_dirs() for name in names)
+    raise FileNotFoundError(f"{task}: no data file given and none found (looked at {looked}); "
+                            f"pass options.source or set {DATA_ENV}")
+
+
+def read_records(task: str, source: str | Path, split: str = "test") -> list[dict]:
+    """Rows of a .json (list), .jsonl, .csv or .parquet file (maybe gzipped), or of a dataset id
+    (``id[:config]``)."""
+    if isinstance(source, str):
+        return _dataset_rows(task, source, split)
+    try:
+        if str(source).endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            return pq.read_table(source).to_pylist()
+        with _open_text(source) as f:
+            if str(source).endswith((".csv", ".csv.gz")):
+                return list(csv.DictReader(f))
+            if str(source).endswith(".json"):
+                data = json.load(f)
+                if not isinstance(data, list):
+                    raise ValueError("expected a JSON list of records")
+                return data
+            rows = []
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"line {n}: {e}") from None
+            return rows
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, zlib.error, csv.Error) as e:
+        raise ValueError(f"{task}: malformed data file {source}: {e}") from None
+
+
+def read_json(task: str, path: Path):
+    """A whole JSON document (maybe gzipped), whatever its shape."""
+    try:
+        with _open_text(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{task}: data file not found: {path}") from None
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, zlib.error) as e:
+        raise ValueError(f"{task}: malformed data file {path}: {e}") from None
+
+
+def require(task: str, source, row: dict, keys: Iterable[str], n: int) -> None:
+    missing = [k for k in keys if k not in row]
+    if missing:
+        raise ValueError(f"{task}: malformed data file {source}: record {n} lacks {missing}")
+
+
+def data_dirs() -> list[Path]:
+    """Where loaders look for a default file: $DLMPIPE_DATA_DIR, then ../shared/data."""
+    dirs = []
+    if os.environ.get(DATA_ENV):
+        dirs.append(Path(os.environ[DATA_ENV]))
+    repo = Path(__file__).resolve().parents[2]
+    dirs += [Path.cwd() / ".." / "shared" / "data", repo / ".." / "shared" / "data"]
+    return dirs
+
+
+def _looks_like_dataset_id(s: str) -> bool:
+    return re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", s) is not None \
+        and not s.endswith((".json", ".jsonl", ".gz", ".csv", ".parquet"))
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    if str(path).endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def _dataset_rows(task: str, dataset_id: str, split: str) -> list[dict]:
+    try:
+        import datasets  # optional: only for dataset ids, only with network access
+    except ImportError:
+        raise ValueError(f"{task}: {dataset_id!r} is not a local file, and loading a dataset id "
+                         "needs the `datasets` package (and network access)") from None
+    name, _, config = dataset_id.partition(":")
+    return [dict(r) for r in datasets.load_dataset(name, config or None, split=split)]

@@ -1,0 +1,39 @@
+"""`make device-check` in its CPU-sized mode (benchmarks/device_check.py), end to end: the script
+that GPU time is spent on is known to run before that time is spent."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .workflow import REPO
+
+
+@pytest.mark.slow
+def test_device_check_runs_every_part_on_a_cpu(tmp_path):
+    proc = subprocess.run([sys.executable, "benchmarks/device_check.py", "--device", "cpu"],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path)})
+    report = (tmp_path / "device_check.txt").read_text()
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert report.startswith("dlmpipe device check: no GPU")
+    for part in ("== 1.", "== 2.", "== 3.", "== 4.", "== 5.", "== 6.", "== 7.", "== summary"):
+        assert part in report
+    assert "[FAIL]" not in report and "all checks passed" in report
+    data = json.loads((tmp_path / "device_check.json").read_text())
+    assert data["failures"] == []
+    assert set(data["timings_s"]) == {"forwards", "exactness", "compiled", "syncs", "table",
+                                      "campaign", "torch_compile", "total"}
+    # the table: both models, every prompt length, Archer and every SPA budget, positive times
+    table = data["table"]
+    assert {r["model"] for r in table} == {"llada-8b", "dream-7b"}
+    assert {r["step"] for r in table} == {"archer", "spa 0.05", "spa 0.1", "spa 0.2", "spa 0.3", "spa 0.5"}
+    assert all(r["ms"] > 0 and r["ideal"] > 1 for r in table)
+    assert set(data["memory"]) >= {"weights_gib", "none", "archer", "spa", "dkv_greedy"}
+    assert data["memory"]["archer"]["held_gib"] > data["memory"]["none"]["held_gib"]
+    assert all(v["max_abs_diff"] <= v["limit"] for v in data["forwards"].values())
+    assert "passed" in data["exactness"]
+    # the campaign part compared a CPU re-run's tokens with the campaign's
+    assert "the same tokens for all 2 samples" in report

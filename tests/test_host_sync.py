@@ -1,0 +1,50 @@
+"""The decode loop reads nothing back to the host inside a step except what a decision needs
+(docs/ARCHITECTURE.md, performance shape), counted on the CPU with tests/host_sync.py; on a GPU
+benchmarks/device_check.py runs the cached step under ``torch.cuda.set_sync_debug_mode``."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dlmpipe import registry
+from dlmpipe.methods import build_cache, build_sampler
+
+from .host_sync import (CACHE_READS, SAMPLER_READS, SAMPLER_SPECS, counted, expected_reads, host_reads,
+                        per_step_reads)
+from .models import FAMILIES, MASK_ID, random_prompt, tiny_backbone
+
+
+def test_every_sampler_and_cache_has_a_budget():
+    assert set(SAMPLER_READS) == set(registry.SAMPLERS)
+    assert {spec["name"] for spec, _, _ in CACHE_READS.values()} == set(registry.CACHES)
+
+
+def test_the_counter_sees_every_kind_of_host_read(monkeypatch):
+    t = torch.tensor([0.0, 2.0, 0.0, 3.0])
+    mask, index = t > 1, torch.tensor([1, 3])
+    reads = [lambda: t.sum().item(), lambda: int(t[1]), lambda: bool(t[0]), lambda: t.tolist(),
+             lambda: t.cpu(), lambda: t.nonzero(), lambda: t[mask], lambda: t.__setitem__(mask, 1.0),
+             lambda: torch.tensor(1.0), lambda: t.masked_select(mask)]
+    free = [lambda: t.sum(), lambda: t[index], lambda: t.__setitem__(index, 1.0), lambda: t.topk(2),
+            lambda: torch.where(mask, t, 0.0), lambda: t.masked_fill(mask, 0.0)]
+    with host_reads(monkeypatch) as counter:
+        for i, fn in enumerate(reads + free):
+            before = counter.count
+            counted(counter, fn)()
+            assert counter.count == before + (i < len(reads)), (i, counter.where[before:])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("cache_id", list(CACHE_READS))
+def test_a_step_reads_back_only_what_its_decisions_need(monkeypatch, family, cache_id):
+    model = tiny_backbone(family, seed=4)
+    prompt = random_prompt(9, 4)
+    spec = CACHE_READS[cache_id][0]
+    for s_name in SAMPLER_READS:
+        if registry.pairing_problem(s_name, spec["name"]):
+            continue
+        sampler = build_sampler(SAMPLER_SPECS[s_name])
+        with host_reads(monkeypatch) as counter:
+            out, steps = per_step_reads(counter, model, sampler, build_cache(spec, model), prompt)
+        assert (out.response != MASK_ID).all()
+        assert steps == expected_reads(s_name, cache_id, len(steps)), (s_name, counter.where)
