@@ -36,12 +36,12 @@ def layer_states(model, x: Tensor, prompt_len: int,
     """Per layer, the response rows ``[G, D]`` of each series, from one full forward over
     ``x [N]`` (the same math as ``Backbone.layer``)."""
     P, G = prompt_len, x.shape[0] - prompt_len
-    positions = torch.arange(x.shape[0], device=x.device)
+    rope = model.rope(torch.arange(x.shape[0], device=x.device))
     h = model.embed(x[None])
     out = []
     for i in range(model.cfg.n_layers):
         normed = model.attn_input(i, h)
-        q, k, v = model.project_qkv(i, normed, positions)
+        q, k, v = model.project_qkv(i, normed, rope)
         mid = h + model.attn_output(i, model.attend(q, k, v))
         ffo = model.ffn(i, mid)
         states = {"input": h[0, P:], "value": v[0, :, P:].transpose(0, 1).reshape(G, -1),
