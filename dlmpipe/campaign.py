@@ -322,17 +322,16 @@ class Campaign:
                             problems.append(f"{where}.{k}[{j}]: {name!r} is not one of this "
                                             f"campaign's {k} ({', '.join(known[k])})")
                 options = {k: v for k, v in entry.items() if k not in known}
-                for target in itertools.product(names["backbones"], names["tasks"], names["methods"]):
-                    if any(name not in known[k] for k, name in zip(("backbones", "tasks", "methods"),
-                                                                    target)):
-                        continue
-                    if target in out[kind]:
-                        problems.append(f"{where}: {'/'.join(target)} is already analysed by an "
-                                        f"earlier entry of analyses.{kind}")
-                    out[kind][target] = options
-                    b, t, m = target
+                for b, t, m in itertools.product(names["backbones"], names["tasks"], names["methods"]):
+                    if b not in self.backbones or t not in self.tasks or m not in self.methods:
+                        continue  # reported above
+                    if (b, t, m) in out[kind]:
+                        problems.append(f"{where}: {b}/{t}/{m} is already analysed by an earlier "
+                                        f"entry of analyses.{kind}")
+                    out[kind][(b, t, m)] = options
                     cache = self.method(m, t, b)["cache"]["name"]
-                    if kind == "intervention" and not registry.lookup("cache", cache).feedback_intervention:
+                    snapshot = registry.lookup("cache", cache).feedback_intervention
+                    if kind == "intervention" and not snapshot:
                         able = [c for c, e in registry.CACHES.items() if e.feedback_intervention]
                         problems.append(f"{where}.methods: {m!r} decodes with cache {cache!r}, which "
                                         "has no prompt snapshot to keep or rebuild; the "

@@ -101,7 +101,8 @@ rule intervention:
     shell:
         "python -m dlmpipe intervene --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
-        " --compile {params.compile} --proxies={input.proxies:q} --threshold {params.threshold} --follow {params.follow}"
+        " --compile {params.compile} --proxies={input.proxies:q}"
+        " --threshold {params.threshold} --follow {params.follow}"
         " {params.limit} --out-pairs {output.pairs} --out-fresh {output.fresh}"
         " --out-cached {output.cached} > {log} 2>&1"
 
@@ -184,7 +185,8 @@ rule drift_profile:
     shell:
         "python -m dlmpipe drift-profile --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
-        " --compile {params.compile} --proxies {input.proxies} {params.rank} --tau {params.tau} {params.limit}"
+        " --compile {params.compile} --proxies {input.proxies} {params.rank}"
+        " --tau {params.tau} {params.limit}"
         " --out {output} > {log} 2>&1"
 
 
