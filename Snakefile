@@ -52,6 +52,7 @@ include: "workflow/rules/tasks.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/tables.smk"
 include: "workflow/rules/analyses.smk"
 
 
@@ -64,11 +65,14 @@ localrules:
     prepare_task,
     summarize,
     plot,
+    plot_sweeps,
 
 
 rule all:
     input:
         rules.summarize.output,
         rules.plot.output,
+        rules.plot_sweeps.output,
+        rules.tables.output if TABLES else [],
         analysis_outputs,  # the config's `analyses:` (docs/ANALYSES.md); none by default
     default_target: True

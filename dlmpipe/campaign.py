@@ -8,7 +8,9 @@ checkpoint directories exist, tasks load registered benchmarks, sweeps expand in
 readable method names, per-backbone/per-task overrides (dlmpipe/overrides.py) name existing
 backbones and tasks and valid parameters, ``auto`` parameters (SPA-Cache's profile) fit each
 backbone, a cache can serve its sampler, blocks divide the generation length (a method's own
-``gen_length``, else each task's), and the reference method exists.
+``gen_length``, else each task's), the reference method exists, and the paper tables
+(``tables:``) name existing methods, tasks, backbones and speedup columns
+(``analysis/table_spec.py``).
 
 ``Campaign.method(name, task, backbone)`` is what a generate job decodes with: the method's
 parameters with that backbone's and task's overrides applied and its ``auto`` parameters chosen
@@ -264,9 +266,13 @@ class Campaign:
         self.methods: dict[str, dict] = {}
         origin: dict[str, str] = {}
         self._overrides: dict[str, list[overrides.Override]] = {}
+        self.sweep_points: dict[str, dict] = {}  # method -> its swept key -> value ({} unswept)
         for base, spec in config["methods"].items():
             expanded, found = expand_method(base, spec, schema)
             problems += found
+            sweep = spec.get("sweep") or {}
+            for m, point in zip(expanded, itertools.product(*sweep.values())):
+                self.sweep_points.setdefault(m["name"], {k: canonical(v) for k, v in zip(sweep, point)})
             entries, found = overrides.parse(f"methods.{base}", spec.get("overrides") or {},
                                              self.backbones, self.tasks)
             self._overrides[base], more = overrides.check(
@@ -301,6 +307,8 @@ class Campaign:
                             "with device: cpu use none or torch_compile")
         self.analyses, found = self._expand_analyses()
         problems += found
+        if not problems:
+            problems += self._table_problems(origin)
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
 
@@ -349,6 +357,13 @@ class Campaign:
                     problems.append(f"backbones.{name}.path: {path} has no config.json")
         return problems
 
+    def _table_problems(self, origin: dict[str, str]) -> list[str]:
+        from .analysis.table_spec import table_problems
+
+        against = [self.config["reference_method"], *self.config.get("also_speedup_against", [])]
+        return [p for name, spec in self.config["tables"].items()
+                for p in table_problems(name, spec, origin, self.backbones, self.tasks, against)]
+
     def _task_problems(self) -> list[str]:
         from .tasks.registry import TASKS, loader_options
 
@@ -394,6 +409,17 @@ class Campaign:
         generation reads), passed to the loader unchanged."""
         return {k: v for k, v in self.config["tasks"][task].items()
                 if k not in ("benchmark", "gen_length")}
+
+    def sweeps(self) -> dict[str, dict]:
+        """Base methods whose sweep has two or more points: ``{base: {"keys": [swept keys],
+        "points": {method: [its value of each key]}}}``, in campaign order (sweep figures)."""
+        out: dict[str, dict] = {}
+        for name, base in self.origin.items():
+            point = self.sweep_points.get(name) or {}
+            if point:
+                entry = out.setdefault(base, {"keys": list(point), "points": {}})
+                entry["points"][name] = list(point.values())
+        return {b: e for b, e in out.items() if len(e["points"]) > 1}
 
     def needs_proxies(self, name: str, backbone: str | None = None, task: str | None = None) -> bool:
         """The method's generate jobs on ``backbone`` and ``task`` (None: any) read the backbone's

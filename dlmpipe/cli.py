@@ -160,6 +160,20 @@ def _plot(a: argparse.Namespace) -> None:
     plot_pareto(a.summary, a.out_dir)
 
 
+def _tables(a: argparse.Namespace) -> None:
+    from .analysis.tables import write_tables
+
+    campaign = json.loads(a.campaign)
+    write_tables(a.summary, json.loads(a.tables), campaign["origin"], campaign["backbones"],
+                 campaign["tasks"], a.out_dir)
+
+
+def _plot_sweeps(a: argparse.Namespace) -> None:
+    from .analysis.sweeps import plot_sweeps
+
+    plot_sweeps(a.summary, json.loads(a.sweeps), a.out_dir)
+
+
 def _sandbox_option(s: argparse.ArgumentParser) -> None:
     from .scoring.levels import LEVELS
 
@@ -330,6 +344,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--summary", required=True)
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=_plot)
+
+    s = sub.add_parser("tables", help="paper-style tables (Archer, SPA-Cache) from the summary: "
+                       "{name}.csv, .md and .html per table")
+    s.add_argument("--summary", required=True)
+    s.add_argument("--tables", required=True, help="JSON: the campaign's tables section")
+    s.add_argument("--campaign", required=True,
+                   help='JSON: {"origin": {method: base}, "backbones": [...], "tasks": [...]}')
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=_tables)
+
+    s = sub.add_parser("plot-sweeps", help="quality, speedup and TPS against the swept value, "
+                       "per (backbone, task, swept base method)")
+    s.add_argument("--summary", required=True)
+    s.add_argument("--sweeps", required=True,
+                   help='JSON: {base: {"keys": [...], "points": {method: [values]}}}')
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=_plot_sweeps)
     return p
 
 

@@ -6,6 +6,14 @@ advance (``note_due_positions``), computes the response logits of the current st
 into the next state (``step``; it never calls the model). The loop ends when the sampler is
 done. Time is synchronized wall time of the whole generation (docs/METHODS.md, measurement).
 
+Time to first token (``ttft_s``) is the synchronized time from the same start until the end of
+the first step after which some response position holds a token (is no longer the mask): the
+prefill forward, the first step's sampler update, and any steps that committed nothing. To find
+that step the loop reads back one boolean per step until it flips (a host sync on CUDA), and none
+after: LLaDA-style schedules, the parallel rules and Saber commit in their first step, so this is
+one read-back per generation; a schedule that commits nothing in its first steps (Dream's, with
+as many steps as tokens) adds one per step until its first commit.
+
 ``Decoding`` is that loop's state between two updates (sequence, sampler, cache, the sampler's
 random generator); ``Decoding.clone`` snapshots it so that the clone resumes exactly as the
 original would (docs/ANALYSES.md: the shadow probe and the matched-state intervention start
@@ -29,6 +37,7 @@ from .samplers.base import Sampler
 class DecodeResult:
     response: Tensor              # [G] final response token ids
     time_s: float                 # synchronized wall time of the whole generation
+    ttft_s: float = float("nan")  # synchronized time until the first response token is committed
     stats: dict = field(default_factory=dict)
 
 
@@ -112,8 +121,14 @@ def decode(model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor, 
     _sync(device)
     start = time.perf_counter()
     run = Decoding(model, sampler, cache, prompt_ids, gen_len, generator)
+    first_token_at = None
     while not run.done:
         run.step(observer)
+        if first_token_at is None and bool((run.response != model.cfg.mask_id).any()):
+            _sync(device)  # the read-back above waited for this stream; other streams too
+            first_token_at = time.perf_counter()
     _sync(device)
-    elapsed = time.perf_counter() - start
-    return DecodeResult(response=run.response.cpu(), time_s=elapsed, stats=run.stats())
+    end = time.perf_counter()
+    elapsed = end - start
+    ttft = (first_token_at if first_token_at is not None else end) - start
+    return DecodeResult(response=run.response.cpu(), time_s=elapsed, ttft_s=ttft, stats=run.stats())

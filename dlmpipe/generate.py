@@ -113,7 +113,20 @@ GENERATION_SCHEMA = pa.schema([
     ("time_s", pa.float64()), ("device", pa.string()), ("backbone", pa.string()),
     ("task", pa.string()), ("method", pa.string()), ("sampler", pa.string()),
     ("cache", pa.string()), ("params", pa.string()), ("stats", pa.string()),
+    # per-sample measurements (docs/ARCHITECTURE.md, file contracts): prompt tokens, tokens
+    # before the first stop/pad, time to first token (decode.py), generated tokens / time_s
+    ("prompt_length", pa.int64()), ("generated_length", pa.int64()), ("ttft_s", pa.float64()),
+    ("tps", pa.float64()),
 ])
+# Journal rows of an older format lack columns above: the identity's format discards them.
+JOURNAL_FORMAT = 2
+
+
+def measurements(prompt_len: int, generated: int, res: DecodeResult) -> dict:
+    """The per-sample measurement columns of one decoded sample: ``tps * time_s`` equals the
+    generated tokens (tokens before the first stop or pad) and ``ttft_s <= time_s``."""
+    return {"prompt_length": prompt_len, "generated_length": generated, "ttft_s": res.ttft_s,
+            "tps": generated / res.time_s if res.time_s > 0 else float("nan")}
 
 
 def git_revision() -> str:
@@ -154,8 +167,6 @@ class JobModel:
     def prompt(self, row: dict) -> torch.Tensor:
         return torch.tensor(encode_prompt(self.loaded, row, chat=self.chat), dtype=torch.long)
 
-    def completion(self, ids: list[int]) -> str:
-        return self.loaded.tokenizer.decode(cut_at_stop(ids, self.stops), skip_special_tokens=False)
 
 
 def bind_job_method(method: dict, man: dict) -> dict:
@@ -191,17 +202,21 @@ def method_params(method: dict) -> str:
     return json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
 
 
-def generation_row(job: JobModel, i: int, row: dict, ids: list[int], stats: dict, time_s: float,
+def generation_row(job: JobModel, i: int, row: dict, prompt_len: int, res: DecodeResult,
                    man: dict, task: str, method: dict, dev: torch.device) -> dict:
     """One row of a generations file (docs/ARCHITECTURE.md, file contracts)."""
+    ids = res.response.tolist()
+    kept = cut_at_stop(ids, job.stops)
+    st = res.stats
     return {
-        "sample_index": i, "task_id": row["task_id"], "completion": job.completion(ids),
-        "token_ids": ids, "steps": stats["steps"], "nfe": stats["nfe"],
-        "refreshes": stats["refreshes"], "cached_forwards": stats["cached_forwards"],
-        "revisions": stats["revisions"], "time_s": time_s, "device": device_name(dev),
-        "backbone": man["name"], "task": task, "method": method["name"],
-        "sampler": method["sampler"]["name"], "cache": method["cache"]["name"],
-        "params": method_params(method), "stats": json.dumps(stats)}
+        "sample_index": i, "task_id": row["task_id"],
+        "completion": job.loaded.tokenizer.decode(kept, skip_special_tokens=False),
+        "token_ids": ids, "steps": st["steps"], "nfe": st["nfe"], "refreshes": st["refreshes"],
+        "cached_forwards": st["cached_forwards"], "revisions": st["revisions"],
+        "time_s": res.time_s, "device": device_name(dev), "backbone": man["name"], "task": task,
+        "method": method["name"], "sampler": method["sampler"]["name"],
+        "cache": method["cache"]["name"], "params": method_params(method), "stats": json.dumps(st),
+        **measurements(prompt_len, len(kept), res)}
 
 
 def job_samples(n_rows: int, shard: str, limit: int | None) -> range:
@@ -231,8 +246,9 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     rows = read_task_table(task_file)
     indices = job_samples(len(rows), shard, limit)
     gen_len = int(method["gen_length"])
-    identity = {"method": method, "seed": seed, "shard": shard, "task_file_rows": len(rows),
-                "backbone": man.get("fingerprint"), "device": device_name(dev), "compile": compile,
+    identity = {"format": JOURNAL_FORMAT, "method": method, "seed": seed, "shard": shard,
+                "task_file_rows": len(rows), "backbone": man.get("fingerprint"),
+                "device": device_name(dev), "compile": compile,
                 **({"limit": limit} if limit is not None else {}),
                 **({"shadow": shadow} if shadow is not None else {})}
     journal = Journal(out_path.with_name(out_path.name + ".journal.jsonl"), identity)
@@ -247,17 +263,17 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
         job = load_job_model(man, dev, method, proxies, compile)
         task = Path(task_file).stem
 
-        def run(i: int, observer=None) -> DecodeResult:
+        def run(i: int, observer=None) -> tuple[int, DecodeResult]:
+            prompt = job.prompt(rows[i])
             gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
-            return decode(job.model, job.sampler, job.cache, job.prompt(rows[i]), gen_len, gen, observer)
+            return len(prompt), decode(job.model, job.sampler, job.cache, prompt, gen_len, gen, observer)
 
         if warmup:
             run(todo[0])  # one warm-up generation, untimed (measurement convention)
         for i in tqdm(todo, desc=f"{man['name']}/{task}/{method['name']}", mininterval=2):
             probe = ShadowProbe(**shadow).start(rows[i]["task_id"]) if shadow is not None else None
-            res = run(i, probe)
-            record = generation_row(job, i, rows[i], res.response.tolist(), res.stats, res.time_s,
-                                    man, task, method, dev)
+            prompt_len, res = run(i, probe)
+            record = generation_row(job, i, rows[i], prompt_len, res, man, task, method, dev)
             if probe is not None:
                 record["probes"] = probe.records
             journal.append(record)

@@ -174,3 +174,29 @@ def test_summary_lists_each_rows_isolation_levels_and_the_report_warns(campaign_
     html = note.read_text()
     assert "Warning: 1 of 7 rows" in html and "<td>archer-k8</td>" in html
     assert "<td>slow-good</td>" not in html and "scratch directory is on the host" in html
+
+
+def test_measurement_means_and_quality_standard_error(campaign_scores):
+    """mean_tps / mean_ttft_s / mean_generated_length are per-sample means of the generate job's
+    measurements; quality_se is the binomial sqrt(p(1-p)/n) with a Wilson interval around p."""
+    import math
+
+    scores = campaign_scores.assign(generated_length=[3, 5, 8, 0] * 4 + [4, 4] * 3)
+    scores = scores.assign(tps=scores["generated_length"] / scores["time_s"].where(scores["time_s"] > 0),
+                           ttft_s=scores["time_s"] / 4)
+    table = summary_table(scores, "ref").set_index(["task", "method"])
+    assert list(summary_table(scores, "ref").columns) == SUMMARY_COLUMNS
+    k8 = table.loc[("code", "archer-k8")]  # times 0.5, 0.5, 1.0, 0.0 (the last: no rate)
+    assert k8["mean_tps"] == pytest.approx((3 / 0.5 + 5 / 0.5 + 8 / 1.0) / 3)
+    assert k8["mean_generated_length"] == 4.0 and k8["mean_ttft_s"] == pytest.approx(0.5 / 4)
+    assert (table["mean_ttft_s"] <= table["mean_time_s"]).all()
+    for (task, method), row in table.iterrows():
+        p, n = row["quality"], row["n"]
+        assert row["quality_se"] == pytest.approx(math.sqrt(p * (1 - p) / n))
+        assert 0 <= row["quality_ci_low"] <= p <= row["quality_ci_high"] <= 1
+    # p = 1 (arith/ref): no spread, yet the interval does not collapse onto the point
+    ref = table.loc[("arith", "ref")]
+    assert ref["quality_se"] == 0 and ref["quality_ci_high"] == 1 and ref["quality_ci_low"] < 1
+    # scores written before the measurements existed: the columns are there, empty
+    old = summary_table(campaign_scores, "ref")
+    assert old[["mean_tps", "mean_ttft_s", "mean_generated_length"]].isna().all().all()

@@ -2,6 +2,8 @@
 plot, report. Real jobs through Snakemake, scaled down to seconds."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pyarrow.parquet as pq
 import yaml
@@ -42,6 +44,28 @@ def test_tiny_campaign_end_to_end(tmp_path, snakemake):
         png = results / "plots" / f"pareto_toy_{task}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    # the measurements: TTFT within each generation, TPS x time = the generated tokens
+    gens = pd.read_parquet(results / "generations" / "toy" / "toy_code" / "archer-kinf.parquet")
+    assert ((gens["ttft_s"] > 0) & (gens["ttft_s"] <= gens["time_s"])).all()
+    assert ((gens["tps"] * gens["time_s"] - gens["generated_length"]).abs() < 1e-9).all()
+    assert summary["mean_tps"].notna().all() and (summary["mean_ttft_s"] <= summary["mean_time_s"]).all()
+
+    # the paper tables (the default tables section: one Archer-style, one SPA-style) and the
+    # sweep figure of the one swept method
+    archer = pd.read_csv(results / "tables" / "archer.csv")
+    # no operating points: every sweep point a row, in the campaign's order
+    assert archer["method"].tolist() == list(campaign.methods)
+    ref = archer.set_index("method").loc["llada-confidence"]
+    assert ref["overall speedup vs llada-confidence (x)"] == 1.0
+    spa = pd.read_csv(results / "tables" / "spa.csv")
+    assert len(spa) == len(campaign.tasks) * len(campaign.methods)
+    assert "toy TTFT (ms)" in spa.columns
+    assert re.search(r"^\| toy_code\s+\| llada-confidence\s+\| [\d.]+ \(1\.0×\)",
+                     (results / "tables" / "spa.md").read_text(), re.M)
+    assert sorted(p.name for p in (results / "sweeps").glob("*.png")) == [
+        f"sweep_toy_{t}_archer.png" for t in sorted(campaign.tasks)]
+
     snakemake(tmp_path, "--report", "report.html", configfile=config)
     html = (tmp_path / "report.html").read_text(errors="replace")
     assert "summary" in html.lower() and len(html) > 10_000
+    assert "Paper tables" in html and "sweep_toy_toy_code_archer.png" in html

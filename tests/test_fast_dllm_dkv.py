@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dlmpipe.campaign import Campaign, ConfigError
-from dlmpipe.methods import build_cache, check_pairing
+from dlmpipe.methods import build_cache
 
 from .models import FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbone
 
@@ -145,17 +145,7 @@ def test_dkv_greedy_without_due_positions_serves_every_masked_row_of_the_block()
     assert (r.response != MASK_ID).all() and r.stats["query_row_fraction"] < 1
 
 
-# ---- pairing: refused before any job runs ------------------------------------------------------
-@pytest.mark.parametrize("cache", ["fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy"])
-def test_rollback_sampler_is_refused(cache):
-    with pytest.raises(ValueError, match=f"cache '{cache}' gives fresh logits only for the"):
-        check_pairing("saber", cache)
-    with pytest.raises(ValueError, match="sampler 'saber' reads every response row"):
-        check_pairing("saber", cache)
-    for sampler in ("llada_confidence", "threshold", "factor", "random_order"):
-        check_pairing(sampler, cache)
-
-
+# ---- pairing: refused before any job runs (every pair: tests/test_exactness.py) ----------------
 def test_config_rejects_dkv_with_saber_naming_the_key(tiny_config):
     tiny_config["methods"]["dkv-saber"] = {"sampler": {"name": "saber"},
                                            "cache": {"name": "dkv_decode"}}

@@ -12,6 +12,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from dlmpipe.backbones.loading import load_backbone
+from dlmpipe.generate import cut_at_stop, encode_prompt
+from dlmpipe.tasks import read_task_table
+
 METHOD = {"name": "llada-confidence", "gen_length": 32,
           "sampler": {"name": "llada_confidence", "block_length": 16, "steps": 32, "temperature": 0.0},
           "cache": {"name": "none"}}
@@ -37,18 +41,28 @@ def _cmd(root: Path, out: Path, method=METHOD) -> list[str]:
             "--seed", "3", "--device", "cpu", "--config-hash", "abc"]
 
 
-def test_generation_rows_and_provenance(job_inputs):
+def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
     root, env = job_inputs
     out = root / "ref.parquet"
     subprocess.run(_cmd(root, out), check=True, env=env, capture_output=True)
     rows = pq.read_table(out).to_pylist()
     assert [r["sample_index"] for r in rows] == list(range(16))
+    loaded = load_backbone(toy_checkpoint, device="cpu")
+    stops = loaded.model.cfg.stop_ids + [loaded.model.cfg.pad_id]
+    tasks = read_task_table(str(root / "toy_code.parquet"))
     for r in rows:
         assert len(r["token_ids"]) == 32
         assert r["steps"] == r["nfe"] == 32 and r["cached_forwards"] == 0
         assert r["time_s"] > 0 and r["device"].startswith("cpu")
         assert json.loads(r["params"])["sampler"]["block_length"] == 16
         assert r["method"] == "llada-confidence" and r["task_id"] == f"toy_code/{r['sample_index']}"
+        # measurements: tokens before the first stop/pad, TPS x time = that length, TTFT inside
+        assert r["generated_length"] == len(cut_at_stop(r["token_ids"], stops))
+        assert r["tps"] * r["time_s"] == pytest.approx(r["generated_length"])
+        assert 0 < r["ttft_s"] <= r["time_s"]
+        prompt = encode_prompt(loaded, tasks[r["sample_index"]], chat=False)
+        assert r["prompt_length"] == len(prompt) > 0
+    assert any(r["generated_length"] < 32 for r in rows), "some sample should stop early"
     prov = json.loads(out.with_suffix(".provenance.json").read_text())
     assert prov["seed"] == 3 and prov["config_hash"] == "abc" and prov["torch"]
     assert "git_revision" in prov and prov["method"] == METHOD and prov["compile"] == "none"

@@ -153,7 +153,8 @@ def test_changing_an_override_reruns_exactly_its_jobs(tmp_path, snakemake, write
 
     with ThreadPoolExecutor(max_workers=len(changes)) as pool:
         got = dict(zip(changes, pool.map(rerun, changes)))
-    report = {("summarize", None, None, None), ("plot", None, None, None)}
+    report = {("summarize", None, None, None), ("plot", None, None, None),
+              ("plot_sweeps", None, None, None), ("tables", None, None, None)}
     decode = {"generate", "score"}
     jobs = lambda backbones, tasks: {(r, b, t, "archer") for r in decode  # noqa: E731
                                      for b in backbones for t in tasks} | report

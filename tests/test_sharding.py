@@ -187,7 +187,7 @@ def test_sharded_reruns_follow_the_config(tmp_path, snakemake, tiny_config, writ
     tasks = ("toy_code", "toy_arith")
     want = {(rule, "toy", t, "llada-confidence") for t in tasks
             for rule in ("generate", "merge_generations", "score")}
-    assert jobs == want | {("summarize", None, None, None), ("plot", None, None, None)}
+    assert jobs == want | {(rule, None, None, None) for rule in ("summarize", "plot", "plot_sweeps", "tables")}
 
     # another shard layout decodes again (its files are other files)
     changed = {**tiny_config, "shards": 3}

@@ -24,7 +24,8 @@ def decoding_jobs(backbones, tasks, methods) -> set[tuple]:
             for b in backbones for t in tasks for m in methods}
 
 
-REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None)}
+REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None),
+               ("plot_sweeps", None, None, None), ("tables", None, None, None)}
 
 
 def test_lint_passes(snakemake):
@@ -152,6 +153,10 @@ CHANGES = {
                      | decoding_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
     # the speedup reference only changes the summary and the plots
     "reference": (set_in("reference_method", "archer-k1"), REPORT_JOBS),
+    # a paper table's layout only rewrites the tables
+    "table": (set_in("tables", {"archer": {"style": "archer", "methods": ["archer"],
+                                           "extended_label": "ET"}, "spa": {"style": "spa"}}),
+              {("tables", None, None, None)}),
     # the sandbox level changes every score's recorded isolation: the score jobs, then the report
     "sandbox": (set_in("sandbox", "process"),
                 {("score", "toy", t, m) for t in TASKS for m in METHODS} | REPORT_JOBS),

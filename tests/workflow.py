@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = Path(__file__).resolve().parent / "configs"
-DIRECTORY_RULES = {"train_toy", "plot"}  # rules whose output is a directory
+DIRECTORY_RULES = {"train_toy", "plot", "plot_sweeps"}  # rules whose output is a directory
 
 
 def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None,
@@ -71,7 +71,9 @@ def expected_counts(campaign) -> dict[str, int]:
     b, t, m = len(campaign.backbones), len(campaign.tasks), len(campaign.methods)
     counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
               "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
-              "plot": 1, "all": 1}
+              "plot": 1, "plot_sweeps": 1, "all": 1}
+    if campaign.config["tables"]:
+        counts["tables"] = 1  # every paper table of the campaign, one local job
     # one SVD per backbone that an SPA method (singular proxy) decodes or a drift profile reads
     drift_backbones = {backbone for backbone, _, _ in campaign.analysis_targets("drift")}
     if (svd := sum(any(campaign.needs_proxies(m, bb) for m in campaign.methods) or bb in drift_backbones

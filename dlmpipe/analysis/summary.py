@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..io import atomic_write
@@ -16,11 +17,18 @@ from .isolation import isolation_levels
 from .pareto import pareto_mask
 
 KEYS = ["backbone", "task", "method"]
-SUMMARY_COLUMNS = KEYS + ["quality", "n", "mean_time_s", "mean_nfe", "mean_steps",
+Z95 = 1.959963984540054  # standard normal quantile of 0.975
+SUMMARY_COLUMNS = KEYS + ["quality", "quality_se", "quality_ci_low", "quality_ci_high", "n",
+                          "mean_time_s", "mean_tps", "mean_ttft_s",
+                          "mean_generated_length", "mean_nfe", "mean_steps",
                           "mean_refreshes", "cached_fraction", "mean_recompute_fraction",
                           "mean_revisions", "speedup",
                           "reference", "pareto"]
-OPTIONAL = ["plus_passed",  # extended (EvalPlus "+", ET) tests, where the task has them
+# per-sample measurements of the generate job (docs/METHODS.md §3); scores written before they
+# existed lack them, and their means are then empty
+MEASUREMENTS = {"tps": "mean_tps", "ttft_s": "mean_ttft_s", "generated_length": "mean_generated_length"}
+OPTIONAL = [*MEASUREMENTS,
+            "plus_passed",  # extended (EvalPlus "+", ET) tests, where the task has them
             "stats",  # per-sample statistics (JSON): mean_recompute_fraction reads them
             "isolation",  # the sandbox level of each score: the summary lists each row's levels
             "subtask", "extraction_rule"]  # answer tasks: quality_by_subtask, verdicts_by_rule
@@ -55,6 +63,28 @@ def read_scores(paths: list[str | Path]) -> pd.DataFrame:
     return scores
 
 
+def quality_uncertainty(table: pd.DataFrame) -> pd.DataFrame:
+    """``quality_se`` = sqrt(p(1-p)/n) (binomial standard error of a mean of 0/1 scores) and
+    the 95% Wilson score interval ``quality_ci_low``/``quality_ci_high``, which stays inside
+    [0, 1] and does not collapse to a point at p = 0 or 1 as p +- 1.96 SE would."""
+    p, n = table["quality"].astype(float), table["n"].astype(float)
+    z2 = Z95 ** 2
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * np.sqrt(p * (1 - p) / n + z2 / (4 * n ** 2)) / (1 + z2 / n)
+    return table.assign(quality_se=np.sqrt(p * (1 - p) / n),
+                        quality_ci_low=(centre - half).clip(lower=0.0).where(p > 0, 0.0),
+                        quality_ci_high=(centre + half).clip(upper=1.0).where(p < 1, 1.0))
+
+
+def measurement_means(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per (backbone, task, method) the mean over samples of each per-sample measurement:
+    ``mean_tps`` (the SPA-Cache paper's "average TPS"), ``mean_ttft_s`` and
+    ``mean_generated_length``; NaN where the scores lack the measurement."""
+    g = scores.assign(**{c: scores[c] if c in scores.columns else math.nan for c in MEASUREMENTS}
+                      ).groupby(KEYS, sort=False)
+    return pd.DataFrame({mean: g[c].mean() for c, mean in MEASUREMENTS.items()}).reset_index()
+
+
 def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] = ()) -> pd.DataFrame:
     """Aggregate per-sample scores; raise when a (backbone, task) lacks the reference method.
 
@@ -73,7 +103,7 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
         "cached_fraction": g["cached_forwards"].sum() / g["nfe"].sum().where(lambda s: s > 0),
         "mean_recompute_fraction": g["recompute_fraction"].mean(),
         "mean_revisions": g["revisions"].mean(),
-    }).reset_index()
+    }).reset_index().merge(measurement_means(scores), on=KEYS)
     if "plus_passed" in scores.columns:  # quality on the extended tests (HumanEval+, MBPP+, ET)
         plus = scores.assign(plus=scores["plus_passed"].astype("float")).groupby(KEYS, sort=False)["plus"].mean()
         table = table.merge(plus.rename("quality_plus").reset_index(), on=KEYS, how="left")
@@ -110,6 +140,7 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     for _, idx in table.groupby(["backbone", "task"], sort=False).groups.items():
         part = table.loc[idx]
         table.loc[idx, "pareto"] = pareto_mask(part["quality"].tolist(), part["speedup"].tolist())
+    table = quality_uncertainty(table)
     table["n"] = table["n"].astype("int64")
     table["pareto"] = table["pareto"].astype(bool)
     return table[SUMMARY_COLUMNS + extra].sort_values(KEYS[:2], kind="stable").reset_index(drop=True)

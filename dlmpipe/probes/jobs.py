@@ -13,6 +13,7 @@ import pyarrow as pa
 import torch
 
 from .. import registry
+from ..decode import DecodeResult
 from ..generate import (GENERATION_SCHEMA, Journal, bind_job_method, device_name, generation_row,
                         job_samples, load_job_model, resolve_device, sample_seed)
 from ..io import atomic_write_parquet
@@ -71,7 +72,8 @@ def run_intervention_job(manifest: str, task_file: str, method: dict, out_pairs:
         for i in todo:
             row = rows[i]
             gen = torch.Generator().manual_seed(sample_seed(seed, row["task_id"]))
-            point, branches = intervene(job.model, job.sampler, job.cache, job.prompt(row),
+            prompt = job.prompt(row)
+            point, branches = intervene(job.model, job.sampler, job.cache, prompt,
                                         int(method["gen_length"]), gen, threshold, follow)
             pair = {"sample_index": i, "task_id": row["task_id"], "branched": point is not None}
             record = {"sample_index": i, "pair": pair}
@@ -84,8 +86,11 @@ def run_intervention_job(manifest: str, task_file: str, method: dict, out_pairs:
                                  f"nfe_{name}": b.stats["nfe"]})
                     stats = {**b.stats, "branch": name, "branch_update": point.update,
                              "revised_at": b.revised_at}
-                    record[name] = generation_row(job, i, row, b.response, stats, b.time_s, man,
-                                                  task, method, dev)
+                    # time: the branch's own decoding; no first-token time (a branch starts
+                    # from a state that already holds tokens)
+                    res = DecodeResult(torch.tensor(b.response), b.time_s, float("nan"), stats)
+                    record[name] = generation_row(job, i, row, len(prompt), res, man, task,
+                                                  method, dev)
             journal.append(record)
     final = [journal.rows[i] for i in indices]
     atomic_write_parquet(out_pairs, pa.Table.from_pylist([r["pair"] for r in final], schema=PAIR_SCHEMA))

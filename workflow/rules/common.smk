@@ -30,6 +30,12 @@ def as_json(value):
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def in_campaign_order(value):
+    """JSON keeping the campaign's order of methods and sweep points (the order of a paper
+    table's rows and of a sweep's categories), unlike as_json's sorted keys."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 def checkpoint_dir(backbone):
     """Where a backbone's weights live: trained by the workflow (toy) or a local directory."""
     if CAMPAIGN.is_toy(backbone):

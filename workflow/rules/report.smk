@@ -1,4 +1,5 @@
-# Report: the summary table and the Pareto plots, registered for `snakemake --report`.
+# Report: the summary table and the Pareto plots, registered for `snakemake --report` (the paper
+# tables and sweep figures: tables.smk).
 
 
 rule summarize:
@@ -46,7 +47,7 @@ rule plot:
             ],
             caption="../report/pareto.rst",
             category="Pareto fronts",
-            labels={"backbone": "{backbone}", "task": "{task}"},
+            labels={"backbone": "{backbone}", "task": "{task}", "figure": "Pareto front"},
         ),
     log:
         f"{R}/logs/plot.log",

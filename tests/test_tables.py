@@ -1,0 +1,196 @@
+"""Paper-style tables (dlmpipe/analysis/tables.py) rendered from a hand-made summary whose
+numbers are chosen so every cell can be checked by hand."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from dlmpipe.analysis.table_spec import table_problems, table_rows
+from dlmpipe.analysis.tables import archer_table, display_frame, spa_table, write_tables
+
+BACKBONES = ["llada", "dream"]
+TASKS = ["mbpp", "livecodebench", "humaneval"]
+ORIGIN = {"llada-confidence": "llada-confidence", "saber": "saber", "archer-k8": "archer",
+          "archer-k10": "archer", "archer-k11": "archer", "spa-r128": "spa"}
+TIME = {"llada-confidence": 8.0, "saber": 4.0, "archer-k8": 2.0, "archer-k10": 1.6,
+        "archer-k11": 1.0, "spa-r128": 4.0}
+QUALITY = {"llada-confidence": 0.40, "saber": 0.42, "archer-k8": 0.44, "archer-k10": 0.46,
+           "archer-k11": 0.48, "spa-r128": 0.40}
+TOKENS = 100  # every sample generates 100 tokens: mean_tps = 100 / mean_time_s
+
+
+def hand_summary(intervals: bool = False) -> pd.DataFrame:
+    rows = []
+    for b_i, b in enumerate(BACKBONES):
+        for t in TASKS:
+            for m in ORIGIN:
+                slow = 2.0 if b == "dream" else 1.0  # dream twice as slow everywhere
+                q = QUALITY[m] + 0.1 * b_i
+                rows.append({
+                    "backbone": b, "task": t, "method": m, "quality": q, "n": 100,
+                    "quality_se": math.sqrt(q * (1 - q) / 100),
+                    "mean_time_s": TIME[m] * slow, "mean_tps": TOKENS / (TIME[m] * slow),
+                    "mean_ttft_s": 0.028 * slow, "reference": "llada-confidence",
+                    "speedup": 8.0 / TIME[m], "speedup_vs_saber": 4.0 / TIME[m],
+                    # extended tests on the two EvalPlus-style tasks only, 10 points below base
+                    "quality_plus": q - 0.1 if t != "livecodebench" else math.nan})
+                if intervals:
+                    rows[-1].update(speedup_ci_low=8.0 / TIME[m] - 0.5, speedup_ci_high=8.0 / TIME[m] + 0.5)
+    return pd.DataFrame(rows)
+
+
+ARCHER_POINTS = {"mbpp": "archer-k11", "livecodebench": "archer-k10", "humaneval": "archer-k8"}
+
+
+def test_archer_table_operating_points_extended_tests_and_overall():
+    spec = {"style": "archer", "extended_label": "ET", "operating_points": ARCHER_POINTS,
+            "methods": ["llada-confidence", "saber", "archer"]}
+    numbers, notes = archer_table(hand_summary(), spec, ORIGIN, BACKBONES, TASKS)
+    assert numbers[["backbone", "method"]].values.tolist() == [
+        [b, m] for b in BACKBONES for m in ("llada-confidence", "saber", "archer")]
+    row = numbers.set_index(["backbone", "method"]).loc[("llada", "archer")]
+    # each task shows its own point of the sweep
+    assert row["mbpp base (%)"] == pytest.approx(48) and row["mbpp ET (%)"] == pytest.approx(38)
+    assert row["livecodebench base (%)"] == pytest.approx(46)
+    assert "livecodebench ET (%)" not in numbers.columns  # no extended tests there
+    assert row["humaneval base (%)"] == pytest.approx(44) and row["humaneval ET (%)"] == pytest.approx(34)
+    assert row["mbpp time (s)"] == 1.0 and row["livecodebench time (s)"] == 1.6
+    assert row["mbpp speedup vs llada-confidence (x)"] == 8.0
+    assert row["livecodebench speedup vs saber (x)"] == pytest.approx(2.5)
+    # Overall: the mean of the five quality scores and of the three speedups
+    assert row["overall quality (%)"] == pytest.approx((48 + 38 + 46 + 44 + 34) / 5)
+    assert row["overall speedup vs llada-confidence (x)"] == pytest.approx((8 + 5 + 4) / 3)
+    assert row["overall speedup vs saber (x)"] == pytest.approx((4 + 2.5 + 2) / 3)
+    ref = numbers.set_index(["backbone", "method"]).loc[("dream", "llada-confidence")]
+    assert ref["overall speedup vs llada-confidence (x)"] == 1.0 and ref["mbpp time (s)"] == 16.0
+    assert notes == [f"archer on {b}: mbpp: archer-k11, livecodebench: archer-k10, "
+                     "humaneval: archer-k8" for b in BACKBONES]
+    shown = display_frame(numbers, "archer").set_index(["backbone", "method"])
+    assert shown.loc[("llada", "archer"), "mbpp speedup vs llada-confidence"] == "8.00×"
+    assert shown.loc[("llada", "archer"), "overall quality (%)"] == "42.00"
+
+
+def test_archer_table_without_points_lists_every_sweep_point():
+    numbers, notes = archer_table(hand_summary(), {"style": "archer", "backbones": ["dream"],
+                                                   "tasks": ["humaneval"]}, ORIGIN, BACKBONES, TASKS)
+    assert numbers["method"].tolist() == list(ORIGIN) and set(numbers["backbone"]) == {"dream"}
+    assert notes == [] and "mbpp base (%)" not in numbers.columns
+    k10 = numbers.set_index("method").loc["archer-k10"]
+    assert k10["humaneval time (s)"] == pytest.approx(3.2)
+    assert k10["overall quality (%)"] == pytest.approx((56 + 46) / 2)
+
+
+def test_per_backbone_points_and_speedup_choice():
+    """Archer's cross-backbone table: K per backbone and task, speedup against Saber only."""
+    spec = {"style": "archer", "tasks": ["mbpp", "humaneval"], "methods": ["saber", "archer"],
+            "speedup_against": ["saber"],
+            "operating_points": {"mbpp": {"llada": "archer-k11", "dream": "archer-k10"},
+                                 "humaneval": "archer-k8"}}
+    numbers, notes = archer_table(hand_summary(), spec, ORIGIN, BACKBONES, TASKS)
+    rows = numbers.set_index(["backbone", "method"])
+    assert rows.loc[("dream", "archer"), "mbpp time (s)"] == pytest.approx(3.2)
+    assert rows.loc[("llada", "archer"), "mbpp time (s)"] == 1.0
+    assert not any("llada-confidence" in c for c in numbers.columns)
+    assert rows.loc[("dream", "archer"), "overall speedup vs saber (x)"] == pytest.approx((2.5 + 2) / 2)
+    assert notes[1] == "archer on dream: mbpp: archer-k10, humaneval: archer-k8"
+
+
+def test_speedup_intervals_are_kept_and_shown_when_the_summary_has_them():
+    numbers, _ = archer_table(hand_summary(intervals=True),
+                              {"style": "archer", "tasks": ["mbpp"], "methods": ["archer-k8"]},
+                              ORIGIN, BACKBONES, TASKS)
+    assert numbers.loc[0, "mbpp speedup vs llada-confidence (x) ci_low"] == 3.5
+    shown = display_frame(numbers, "archer")
+    assert shown.loc[0, "mbpp speedup vs llada-confidence"] == "4.00× [3.50, 4.50]"
+    assert shown.loc[0, "mbpp speedup vs saber"] == "2.00×"  # no interval for that column
+
+
+def test_spa_table_tps_ttft_and_accuracy_with_standard_error():
+    spec = {"style": "spa", "methods": ["llada-confidence", "spa-r128", "archer-k11"],
+            "tasks": ["humaneval"]}
+    numbers, notes = spa_table(hand_summary(), spec, ORIGIN, BACKBONES, TASKS)
+    assert numbers[["task", "method"]].values.tolist() == [
+        ["humaneval", m] for m in ("llada-confidence", "spa-r128", "archer-k11")]
+    row = numbers.set_index("method").loc["archer-k11"]
+    assert row["llada TPS"] == 100.0 and row["dream TPS"] == 50.0
+    assert row["llada TPS vs llada-confidence (x)"] == 8.0
+    assert row["dream TTFT (ms)"] == pytest.approx(56.0)
+    assert row["llada accuracy (%)"] == pytest.approx(48)
+    assert row["llada SE (%)"] == pytest.approx(100 * math.sqrt(0.48 * 0.52 / 100))
+    shown = display_frame(numbers, "spa").set_index("method")
+    assert shown.loc["archer-k11", "llada TPS"] == "100.00 (8.0×)"
+    assert shown.loc["archer-k11", "llada accuracy (%)"] == "48.00 ± 5.00"
+    assert shown.loc["llada-confidence", "dream TTFT (ms)"] == "56.0"
+    assert not any("SE" in c or " vs " in c for c in shown.columns) and notes == []
+    # TPS against another method (SPA-Cache's Dream rows: Dream's own vanilla decoding)
+    numbers, _ = spa_table(hand_summary(), {**spec, "tps_against": "saber"}, ORIGIN, BACKBONES, TASKS)
+    assert numbers.set_index("method").loc["archer-k11", "dream TPS vs saber (x)"] == 4.0
+
+
+def test_write_tables_writes_csv_markdown_and_html(tmp_path):
+    summary = tmp_path / "summary.parquet"
+    hand_summary().to_parquet(summary)
+    tables = {"archer": {"style": "archer", "extended_label": "ET",
+                         "operating_points": ARCHER_POINTS, "methods": ["saber", "archer"]},
+              "spa": {"style": "spa"}}
+    written = write_tables(summary, tables, ORIGIN, BACKBONES, TASKS, tmp_path / "tables")
+    assert sorted(p.name for p in written) == sorted(
+        f"{n}.{s}" for n in tables for s in ("csv", "md", "html"))
+    csv = pd.read_csv(tmp_path / "tables" / "archer.csv")
+    assert len(csv) == 4 and csv.loc[1, "mbpp base (%)"] == pytest.approx(48)
+    md = (tmp_path / "tables" / "archer.md").read_text()
+    assert "| llada      | archer   |" in md and "archer on llada: mbpp: archer-k11" in md
+    assert "| 48.00 " in md and "| 8.00× " in md  # formatted as printed, not re-parsed
+    spa = (tmp_path / "tables" / "spa.md").read_text()
+    assert len([line for line in spa.splitlines() if line.startswith("| ")]) == 1 + 3 * 6
+    assert "| 28.0 " in spa and "| 48.00 ± 5.00 " in spa
+    assert "<table" in (tmp_path / "tables" / "spa.html").read_text()
+
+
+def test_a_row_missing_from_the_summary_is_named():
+    summary = hand_summary()
+    summary = summary[~((summary["method"] == "archer-k10") & (summary["backbone"] == "dream"))]
+    with pytest.raises(ValueError, match="backbone 'dream', task 'livecodebench', method 'archer-k10'"):
+        archer_table(summary, {"style": "archer", "operating_points": ARCHER_POINTS},
+                     ORIGIN, BACKBONES, TASKS)
+
+
+def test_rows_follow_methods_and_points():
+    labels = [r.label for r in table_rows({"methods": ["archer", "saber", "archer-k8"]},
+                                          ORIGIN, BACKBONES, TASKS)]
+    assert labels == ["archer-k8", "archer-k10", "archer-k11", "saber", "archer-k8"]
+    (row,) = table_rows({"methods": ["archer"], "operating_points": ARCHER_POINTS}, ORIGIN,
+                        BACKBONES, TASKS)
+    assert row.methods[("dream", "livecodebench")] == "archer-k10"
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ({"methods": ["archer", "nope"]}, r"tables.t.methods\[1\]: 'nope' is neither a method"),
+    ({"tasks": ["gsm8k"]}, r"tables.t.tasks\[0\]: 'gsm8k' is not one of the campaign's tasks"),
+    ({"speedup_against": ["archer-k8"]}, r"tables.t.speedup_against\[0\]: 'archer-k8' has no speedup"),
+    ({"operating_points": {"mbpp": "archer-k11"}},
+     r"tables.t.operating_points.livecodebench: missing"),
+    ({"operating_points": {**ARCHER_POINTS, "humaneval": {"llada": "archer-k8"}}},
+     r"tables.t.operating_points.humaneval.dream: missing"),
+    ({"operating_points": {**ARCHER_POINTS, "humaneval": "spa-r128"}},
+     r"points of one swept base method per table, not of archer, spa"),
+    ({"operating_points": {**ARCHER_POINTS, "gsm8k": "archer-k8"}},
+     r"operating_points.gsm8k: 'gsm8k' is not a task of this table"),
+    ({"operating_points": ARCHER_POINTS, "methods": ["saber", "archer-k8"]},
+     r"not listed in tables.t.methods"),
+    ({"operating_points": {**ARCHER_POINTS, "mbpp": "archer-k12"}},
+     r"operating_points.mbpp: 'archer-k12' is not a method"),
+    ({"tps_against": "archer"}, r"tables.t.tps_against: 'archer' is not a method"),
+])
+def test_spec_problems_name_their_key(spec, problem):
+    problems = table_problems("t", {"style": "archer", **spec}, ORIGIN, BACKBONES, TASKS,
+                              ["llada-confidence", "saber"])
+    assert any(__import__("re").search(problem, p) for p in problems), problems
+
+
+def test_a_valid_spec_has_no_problems():
+    assert table_problems("t", {"style": "archer", "operating_points": ARCHER_POINTS,
+                                "speedup_against": ["saber"]},
+                          ORIGIN, BACKBONES, TASKS, ["llada-confidence", "saber"]) == []
