@@ -16,6 +16,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign, ConfigError
 
+from .test_workflow_dag import REPORT_JOBS
 from .workflow import CONFIGS, REPO, fake_finished_run, scheduled
 
 TINY = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
@@ -29,7 +30,6 @@ SHADOW = {("shadow_probe", *TARGET), ("shadow_analysis", *TARGET)}
 INTERVENTION = {("intervention", *TARGET), ("score_branch", *TARGET), ("intervention_analysis", *TARGET)}
 DRIFT = {("drift_profile", "toy", "toy_code", "llada-confidence"),
          ("drift_analysis", "toy", "toy_code", "llada-confidence")}
-REPORT = {("summarize", None, None, None), ("plot", None, None, None)}
 
 
 def with_analyses(analyses: dict | None) -> dict:
@@ -143,7 +143,7 @@ def test_a_method_change_reruns_its_analyses_too(finished, snakemake):
     jobs = planned(finished["analysed"], snakemake, "method-param", config)
     decoding = {(rule, "toy", t, m) for rule in ("generate", "score") for t in ("toy_code", "toy_arith")
                 for m in ("archer-k1", "archer-kinf")}
-    assert jobs == decoding | SHADOW | INTERVENTION | REPORT
+    assert jobs == decoding | SHADOW | INTERVENTION | REPORT_JOBS
 
 
 # ---- a real run ------------------------------------------------------------------------------
