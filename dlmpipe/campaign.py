@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from . import overrides, registry
+from .analysis.targets import expand_analyses
 from .config_schema import (SCHEMA, ConfigError, check_config, dotted, explain,  # noqa: F401
                             load_schema, validator_for)
 from .backbones.identity import TOY, BackboneIdentity, CheckpointError, checkpoint_identity
@@ -190,46 +191,14 @@ class Campaign:
         if config.get("compile") == "cuda_graphs" and config.get("device") == "cpu":
             problems.append("compile: cuda_graphs needs device: cuda (or auto on a GPU node); "
                             "with device: cpu use none or torch_compile")
-        self.analyses, found = self._expand_analyses()
+        # analysis -> {(backbone, task, method): options} (docs/ANALYSES.md)
+        self.analyses, found = expand_analyses(config["analyses"], self.backbones, self.tasks,
+                                               self.methods, self.method)
         problems += found
         if not problems:
             problems += self._table_problems(origin)
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
-
-    def _expand_analyses(self) -> tuple[dict[str, dict[tuple[str, str, str], dict]], list[str]]:
-        """analysis -> {(backbone, task, method): options} (docs/ANALYSES.md), and the problems:
-        names that are not in the campaign, a target listed twice, an intervention on a cache
-        without a prompt snapshot."""
-        out: dict[str, dict[tuple[str, str, str], dict]] = {}
-        problems: list[str] = []
-        known = {"methods": list(self.methods), "tasks": self.tasks, "backbones": self.backbones}
-        for kind, entries in self.config["analyses"].items():
-            out[kind] = {}
-            for n, entry in enumerate(entries):
-                where = f"analyses.{kind}[{n}]"
-                names = {k: entry[k] if entry.get(k) is not None else known[k] for k in known}
-                for k in known:
-                    for j, name in enumerate(names[k]):
-                        if name not in known[k]:
-                            problems.append(f"{where}.{k}[{j}]: {name!r} is not one of this "
-                                            f"campaign's {k} ({', '.join(known[k])})")
-                options = {k: v for k, v in entry.items() if k not in known}
-                for b, t, m in itertools.product(names["backbones"], names["tasks"], names["methods"]):
-                    if b not in self.backbones or t not in self.tasks or m not in self.methods:
-                        continue  # reported above
-                    if (b, t, m) in out[kind]:
-                        problems.append(f"{where}: {b}/{t}/{m} is already analysed by an earlier "
-                                        f"entry of analyses.{kind}")
-                    out[kind][(b, t, m)] = options
-                    cache = self.method(m, t, b)["cache"]["name"]
-                    snapshot = registry.lookup("cache", cache).feedback_intervention
-                    if kind == "intervention" and not snapshot:
-                        able = [c for c, e in registry.CACHES.items() if e.feedback_intervention]
-                        problems.append(f"{where}.methods: {m!r} decodes with cache {cache!r}, which "
-                                        "has no prompt snapshot to keep or rebuild; the "
-                                        f"intervention needs one of: {', '.join(able)}")
-        return out, problems
 
     def _backbone_problems(self) -> list[str]:
         problems = []
