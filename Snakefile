@@ -54,6 +54,7 @@ include: "workflow/rules/score.smk"
 include: "workflow/rules/timing.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/analyses.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -74,4 +75,5 @@ rule all:
         rules.plot.output,
         rules.plot_sweeps.output,
         rules.tables.output if TABLES else [],
+        analysis_outputs,  # the config's `analyses:` (docs/ANALYSES.md); none by default
     default_target: True

@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from . import overrides, registry
+from .analysis.targets import expand_analyses
 from .config_schema import (SCHEMA, ConfigError, check_config, dotted, explain,  # noqa: F401
                             load_schema, validator_for)
 from .backbones.identity import TOY, BackboneIdentity, CheckpointError, checkpoint_identity
@@ -190,6 +191,10 @@ class Campaign:
         if config.get("compile") == "cuda_graphs" and config.get("device") == "cpu":
             problems.append("compile: cuda_graphs needs device: cuda (or auto on a GPU node); "
                             "with device: cpu use none or torch_compile")
+        # analysis -> {(backbone, task, method): options} (docs/ANALYSES.md)
+        self.analyses, found = expand_analyses(config["analyses"], self.backbones, self.tasks,
+                                               self.methods, self.method)
+        problems += found
         if not problems:
             problems += self._table_problems(origin)
         if problems:
@@ -276,6 +281,16 @@ class Campaign:
         return any("proxies" in registry.artifacts(self._jobs[(name, t, b)])
                    for b in ([backbone] if backbone else self.backbones)
                    for t in ([task] if task else self.tasks))
+
+    def analysis(self, kind: str, backbone: str, task: str, method: str) -> dict:
+        """The options of analysis ``kind`` for one (backbone, task, method)."""
+        try:
+            return self.analyses[kind][(backbone, task, method)]
+        except KeyError:
+            raise ValueError(f"analyses.{kind} names no {backbone}/{task}/{method}") from None
+
+    def analysis_targets(self, kind: str) -> list[tuple[str, str, str]]:
+        return list(self.analyses.get(kind, {}))
 
     def gen_length(self, name: str, task: str) -> int:
         """The response length a method decodes a task with: the method's own ``gen_length``

@@ -47,8 +47,48 @@ def _generate(a: argparse.Namespace) -> None:
 
     run_generation_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
                        out=a.out, provenance=a.provenance, seed=a.seed, device=a.device,
-                       compile=a.compile, config_hash=a.config_hash, shard=a.shard, warmup=not a.no_warmup,
-                       proxies=a.proxies or None)
+                       compile=a.compile, config_hash=a.config_hash, shard=a.shard,
+                       warmup=not a.no_warmup, proxies=a.proxies or None, limit=a.limit,
+                       shadow=json.loads(a.shadow) if a.shadow else None,
+                       probes_out=a.probes_out or None)
+
+
+def _intervene(a: argparse.Namespace) -> None:
+    from .probes.jobs import run_intervention_job
+
+    run_intervention_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
+                         out_pairs=a.out_pairs, out_fresh=a.out_fresh, out_cached=a.out_cached,
+                         seed=a.seed, device=a.device, limit=a.limit, threshold=a.threshold,
+                         follow=a.follow, proxies=a.proxies or None, compile=a.compile)
+
+
+def _drift_profile(a: argparse.Namespace) -> None:
+    from .probes.jobs import run_drift_job
+
+    run_drift_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
+                  out=a.out, proxies=a.proxies or None, rank=a.rank, tau=a.tau, seed=a.seed,
+                  device=a.device, limit=a.limit, compile=a.compile)
+
+
+def _shadow_analysis(a: argparse.Namespace) -> None:
+    from .analysis.shadow import shadow_analysis
+
+    print(shadow_analysis(a.probes, a.trajectory, a.generations, a.out_bins, a.out_correlations,
+                          a.out_reproduction, a.out_figure, edges=json.loads(a.bins), label=a.label))
+
+
+def _intervention_analysis(a: argparse.Namespace) -> None:
+    from .analysis.intervention import intervention_analysis
+
+    print(intervention_analysis(a.pairs, a.fresh_scores, a.cached_scores, a.out_table,
+                                a.out_paired, a.out_figure, label=a.label, follow=a.follow))
+
+
+def _drift_analysis(a: argparse.Namespace) -> None:
+    from .analysis.drift import drift_analysis
+
+    print(drift_analysis(a.records, a.out_table, a.out_similarity, a.out_share, tau=a.tau,
+                         label=a.label, profile=a.profile or None).to_string(index=False))
 
 
 def _time_methods(a: argparse.Namespace) -> None:
@@ -194,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-warmup", action="store_true")
     s.add_argument("--proxies", default="", help="the backbone's proxies.safetensors (SPA-Cache's "
                    "singular identifier); empty: none")
+    s.add_argument("--limit", type=int, default=None, help="decode only the first N samples")
+    s.add_argument("--shadow", default="", help="JSON options of the shadow-forward probe (rate, "
+                   "steps, seed; docs/ANALYSES.md); empty: no probe")
+    s.add_argument("--probes-out", default="", help="the shadow probes' parquet (with --shadow)")
     s.set_defaults(func=_generate)
 
     s = sub.add_parser("time-methods", help="time every method on the same samples, interleaved "
@@ -210,6 +254,68 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repeats", type=int, default=3, help="decodes per (method, sample)")
     s.add_argument("--proxies", default="", help="the backbone's proxies.safetensors; empty: none")
     s.set_defaults(func=_time_methods)
+
+    def model_job(s: argparse.ArgumentParser) -> None:
+        s.add_argument("--manifest", required=True)
+        s.add_argument("--task-file", required=True)
+        s.add_argument("--method", required=True, help="JSON: name, sampler{...}, cache{...}, gen_length")
+        s.add_argument("--seed", type=int, default=0)
+        s.add_argument("--device", default="auto")
+        s.add_argument("--limit", type=int, default=None, help="only the first N problems")
+        s.add_argument("--proxies", default="", help="the backbone's proxies.safetensors; empty: none")
+        s.add_argument("--compile", default="none", choices=["none", "cuda_graphs", "torch_compile"],
+                       help="how fixed-shape steps run (dlmpipe/graphs.py)")
+
+    s = sub.add_parser("intervene", help="matched-state feedback intervention: Fresh and Cached "
+                       "branches from the first confident acceptance (docs/ANALYSES.md)")
+    model_job(s)
+    s.add_argument("--threshold", type=float, default=0.9, help="confidence of the branch token")
+    s.add_argument("--follow", type=int, default=5, help="updates the branch token is followed")
+    s.add_argument("--out-pairs", required=True)
+    s.add_argument("--out-fresh", required=True, help="Fresh branch completions (generations format)")
+    s.add_argument("--out-cached", required=True, help="Cached branch completions (generations format)")
+    s.set_defaults(func=_intervene)
+
+    s = sub.add_parser("drift-profile", help="per-layer step-to-step similarities along a method's "
+                       "trajectory (docs/ANALYSES.md)")
+    model_job(s)
+    s.add_argument("--rank", type=int, default=None, help="singular proxy rank (default: stored)")
+    s.add_argument("--tau", type=float, default=0.95, help="drifting: cosine similarity below tau")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=_drift_profile)
+
+    s = sub.add_parser("shadow-analysis", help="disagreement by anchor distance, partial Spearman "
+                       "correlations, reproduction check, figure")
+    s.add_argument("--probes", required=True)
+    s.add_argument("--trajectory", required=True, help="the probed job's generations")
+    s.add_argument("--generations", required=True, help="the main generations of the same method")
+    s.add_argument("--bins", default="[0, 1, 2, 4, 8, 16, 32, 64, 128]", help="JSON bin edges")
+    s.add_argument("--label", default="")
+    for out in ("bins", "correlations", "reproduction", "figure"):
+        s.add_argument(f"--out-{out}", required=True)
+    s.set_defaults(func=_shadow_analysis)
+
+    s = sub.add_parser("intervention-analysis", help="Pass@1, Rev.@5 and paired counts of the "
+                       "intervention's branches, figure")
+    s.add_argument("--pairs", required=True)
+    s.add_argument("--fresh-scores", required=True)
+    s.add_argument("--cached-scores", required=True)
+    s.add_argument("--follow", type=int, default=5)
+    s.add_argument("--label", default="")
+    for out in ("table", "paired", "figure"):
+        s.add_argument(f"--out-{out}", required=True)
+    s.set_defaults(func=_intervention_analysis)
+
+    s = sub.add_parser("drift-analysis", help="per-layer drift table, similarity and drift-share "
+                       "figures")
+    s.add_argument("--records", required=True)
+    s.add_argument("--tau", type=float, default=0.95)
+    s.add_argument("--profile", default="llada-8b-instruct", help="adaptive rho(l) drawn for "
+                   "comparison; empty: none")
+    s.add_argument("--label", default="")
+    for out in ("table", "similarity", "share"):
+        s.add_argument(f"--out-{out}", required=True)
+    s.set_defaults(func=_drift_analysis)
 
     s = sub.add_parser("svd", help="float32 thin SVD of every layer's value projection -> proxies.safetensors")
     s.add_argument("--manifest", required=True)

@@ -13,9 +13,15 @@ that step the loop reads back one boolean per step until it flips (a host sync o
 after: LLaDA-style schedules, the parallel rules and Saber commit in their first step, so this is
 one read-back per generation; a schedule that commits nothing in its first steps (Dream's, with
 as many steps as tokens) adds one per step until its first commit.
+
+``Decoding`` is that loop's state between two updates (sequence, sampler, cache, the sampler's
+random generator); ``Decoding.clone`` snapshots it so that the clone resumes exactly as the
+original would (docs/ANALYSES.md: the shadow probe and the matched-state intervention start
+from such clones). An ``Observer`` sees every update without taking part in it.
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -35,6 +41,73 @@ class DecodeResult:
     stats: dict = field(default_factory=dict)
 
 
+class Observer:
+    """Sees each update of a ``Decoding``: the logits the cache computed, before the sampler
+    steps, and the state after. It must not change the decoding (docs/ANALYSES.md)."""
+
+    def before_update(self, run: "Decoding", logits: Tensor) -> None:
+        """After the cache's forward, before the sampler's step (``run.x`` is the state the
+        logits were computed for)."""
+
+    def after_update(self, run: "Decoding") -> None:
+        """After the sampler's step (``run.x`` is the next state)."""
+
+
+class Decoding:
+    """One sample's decoder state between updates: the sequence ``x [P + G]``, the sampler and
+    the cache (the sampler holds the sample's generator). Build it, ``step`` until ``done``."""
+
+    def __init__(self, model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor,
+                 gen_len: int, generator: torch.Generator | None = None):
+        device = model.device
+        self.model, self.sampler, self.cache = model, sampler, cache
+        self.prompt_len = prompt_ids.shape[0]
+        self.x = torch.cat([prompt_ids.to(device),
+                            torch.full((gen_len,), model.cfg.mask_id, dtype=torch.long, device=device)])
+        self.updates = 0
+        sampler.begin(self.prompt_len, gen_len, model.cfg.mask_id, generator, device)
+        cache.begin(self.x, self.prompt_len)
+
+    @property
+    def done(self) -> bool:
+        return self.sampler.done
+
+    @property
+    def response(self) -> Tensor:
+        """The current response state ``[G]`` (a view of ``x``)."""
+        return self.x[self.prompt_len:]
+
+    def step(self, observer: Observer | None = None) -> None:
+        """One update: the cache's logits for the current state, then the sampler's step."""
+        sampler, cache = self.sampler, self.cache
+        cache.note_due_positions(sampler.due_positions())
+        logits = cache.response_logits(self.x, sampler.block)
+        if observer is not None:
+            observer.before_update(self, logits)
+        sampler.step(self.x, logits)
+        self.updates += 1
+        if observer is not None:
+            observer.after_update(self)
+
+    def stats(self) -> dict:
+        cache = self.cache
+        return {**self.sampler.stats(), **cache.stats.as_dict(), **cache.extra_stats()}
+
+    def clone(self) -> "Decoding":
+        """An independent copy of this state (sequence, sampler with its generator's state,
+        cache with its K/V, anchors and statistics) sharing the model's weights: stepping the
+        clone gives exactly what stepping the original would, and neither disturbs the other."""
+        return copy.deepcopy(self, memo=shared_model_memo(self.model))
+
+
+def shared_model_memo(model: Backbone) -> dict:
+    """A ``copy.deepcopy`` memo that keeps the model, its parameters and buffers shared."""
+    memo: dict = {id(model): model}
+    for t in (*model.parameters(), *model.buffers()):
+        memo[id(t)] = t
+    return memo
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -42,27 +115,20 @@ def _sync(device: torch.device) -> None:
 
 @torch.inference_mode()
 def decode(model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor, gen_len: int,
-           generator: torch.Generator | None = None) -> DecodeResult:
+           generator: torch.Generator | None = None, observer: Observer | None = None) -> DecodeResult:
     """Decode one sample: ``prompt_ids [P]`` -> response ``[G]`` (batch size 1)."""
     device = model.device
-    P = prompt_ids.shape[0]
-    x = torch.cat([prompt_ids.to(device),
-                   torch.full((gen_len,), model.cfg.mask_id, dtype=torch.long, device=device)])
     _sync(device)
     start = time.perf_counter()
-    sampler.begin(P, gen_len, model.cfg.mask_id, generator, device)
-    cache.begin(x, P)
+    run = Decoding(model, sampler, cache, prompt_ids, gen_len, generator)
     first_token_at = None
-    while not sampler.done:
-        cache.note_due_positions(sampler.due_positions())
-        logits = cache.response_logits(x, sampler.block)
-        sampler.step(x, logits)
-        if first_token_at is None and bool((x[P:] != model.cfg.mask_id).any()):
+    while not run.done:
+        run.step(observer)
+        if first_token_at is None and bool((run.response != model.cfg.mask_id).any()):
             _sync(device)  # the read-back above waited for this stream; other streams too
             first_token_at = time.perf_counter()
     _sync(device)
     end = time.perf_counter()
     elapsed = end - start
     ttft = (first_token_at if first_token_at is not None else end) - start
-    stats = {**sampler.stats(), **cache.stats.as_dict(), **cache.extra_stats()}
-    return DecodeResult(response=x[P:].cpu(), time_s=elapsed, ttft_s=ttft, stats=stats)
+    return DecodeResult(response=run.response.cpu(), time_s=elapsed, ttft_s=ttft, stats=run.stats())

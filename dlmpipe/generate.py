@@ -3,7 +3,8 @@
 ``run_generation_job`` loads the model once,
 decodes every sample of a task (or of one shard of it), journals each finished sample so a
 killed job resumes without losing or duplicating samples, and writes the generations parquet
-and a provenance file atomically.
+and a provenance file atomically. With a shadow probe (docs/ANALYSES.md) it also records the
+probes of every sample; the analysis jobs (dlmpipe/probes/jobs.py) reuse its pieces.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import platform
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -148,30 +150,107 @@ def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def run_generation_job(manifest: str, task_file: str, method: dict, out: str, provenance: str,
-                       seed: int = 0, device: str = "auto", compile: str = "none", config_hash: str = "",
-                       shard: str = "0/1", warmup: bool = True, proxies: str | None = None) -> None:
-    from tqdm import tqdm
+@dataclass
+class JobModel:
+    """What a job decoding with one method holds, loaded once: the backbone, the method's
+    sampler and cache (rebegun for every sample), the stop ids."""
+    loaded: object
+    sampler: object
+    cache: object
+    chat: bool
+    stops: list[int]
 
+    @property
+    def model(self):
+        return self.loaded.model
+
+    def prompt(self, row: dict) -> torch.Tensor:
+        return torch.tensor(encode_prompt(self.loaded, row, chat=self.chat), dtype=torch.long)
+
+
+
+def bind_job_method(method: dict, man: dict) -> dict:
+    """``method`` with its ``auto`` parameters (SPA-Cache's profile) chosen for the manifest's
+    checkpoint, unless the campaign already did: a job records the parameters it decodes with."""
     from . import registry
     from .backbones.identity import checkpoint_identity
+
+    return registry.bind_method(method, checkpoint_identity(man["path"]))
+
+
+def load_job_model(man: dict, dev: torch.device, method: dict, proxies: str | None = None,
+                   compile: str = "none") -> JobModel:
+    """The manifest's backbone on ``dev``, the method's sampler and cache (with the backbone's
+    singular proxies when the method reads them, checked against its fingerprint; ``compile``:
+    how fixed-shape steps run, dlmpipe/graphs.py)."""
     from .backbones.loading import load_backbone
-    from .backbones.manifest import read_manifest
     from .methods import build_method
+
+    loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
+    model = loaded.model
+    artifacts = {}
+    if proxies:  # the backbone's singular proxies (svd rule)
+        from .engine.proxies import load_proxies
+        artifacts["proxies"] = load_proxies(proxies, man.get("fingerprint"))
+    sampler, cache = build_method(method, model, artifacts, compile=compile)
+    stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
+    return JobModel(loaded, sampler, cache, bool(man.get("chat")), stops)
+
+
+def method_params(method: dict) -> str:
+    """The generations' ``params`` column: the method's parameters as JSON text."""
+    return json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
+
+
+def generation_row(job: JobModel, i: int, row: dict, prompt_len: int, res: DecodeResult,
+                   man: dict, task: str, method: dict, dev: torch.device) -> dict:
+    """One row of a generations file (docs/ARCHITECTURE.md, file contracts)."""
+    ids = res.response.tolist()
+    kept = cut_at_stop(ids, job.stops)
+    st = res.stats
+    return {
+        "sample_index": i, "task_id": row["task_id"],
+        "completion": job.loaded.tokenizer.decode(kept, skip_special_tokens=False),
+        "token_ids": ids, "steps": st["steps"], "nfe": st["nfe"], "refreshes": st["refreshes"],
+        "cached_forwards": st["cached_forwards"], "revisions": st["revisions"],
+        "time_s": res.time_s, "device": device_name(dev), "backbone": man["name"], "task": task,
+        "method": method["name"], "sampler": method["sampler"]["name"],
+        "cache": method["cache"]["name"], "params": method_params(method), "stats": json.dumps(st),
+        **measurements(prompt_len, len(kept), res)}
+
+
+def job_samples(n_rows: int, shard: str, limit: int | None) -> range:
+    """The sample indices a job decodes: its shard of the first ``limit`` rows (all: None)."""
+    return shard_range(n_rows if limit is None else min(limit, n_rows), shard)
+
+
+def run_generation_job(manifest: str, task_file: str, method: dict, out: str, provenance: str,
+                       seed: int = 0, device: str = "auto", compile: str = "none",
+                       config_hash: str = "", shard: str = "0/1", warmup: bool = True,
+                       proxies: str | None = None, limit: int | None = None, shadow: dict | None = None,
+                       probes_out: str | None = None) -> None:
+    """Decode the task (its first ``limit`` samples, of this shard) with ``method``.
+
+    ``shadow``: options of the shadow-forward probe (``probes/shadow.py``: rate, steps, seed);
+    the probes of every sample are written to ``probes_out``. The generations are those of the
+    unprobed job: the probe changes nothing on the main trajectory (docs/ANALYSES.md)."""
+    from tqdm import tqdm
+
+    from .backbones.manifest import read_manifest
     from .tasks import read_task_table
 
     out_path = Path(out)
     man = read_manifest(manifest)
-    # `auto` parameters (SPA-Cache's profile) chosen for this checkpoint, unless the campaign
-    # already did: the parameters recorded below are the ones the job decodes with
-    method = registry.bind_method(method, checkpoint_identity(man["path"]))
+    method = bind_job_method(method, man)
     dev = resolve_device(device)
     rows = read_task_table(task_file)
-    indices = shard_range(len(rows), shard)
+    indices = job_samples(len(rows), shard, limit)
     gen_len = int(method["gen_length"])
     identity = {"format": JOURNAL_FORMAT, "method": method, "seed": seed, "shard": shard,
                 "task_file_rows": len(rows), "backbone": man.get("fingerprint"),
-                "device": device_name(dev), "compile": compile}
+                "device": device_name(dev), "compile": compile,
+                **({"limit": limit} if limit is not None else {}),
+                **({"shadow": shadow} if shadow is not None else {})}
     journal = Journal(out_path.with_name(out_path.name + ".journal.jsonl"), identity)
     todo = [i for i in indices if i not in journal.rows]
     if len(todo) < len(indices):
@@ -179,41 +258,31 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
               f"already decoded (journal {journal.path.name}); decoding {len(todo)}", flush=True)
 
     if todo:
-        loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
-        model, tok = loaded.model, loaded.tokenizer
-        artifacts = {}
-        if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
-            from .engine.proxies import load_proxies
-            artifacts["proxies"] = load_proxies(proxies, man.get("fingerprint"))
-        sampler, cache = build_method(method, model, artifacts, compile=compile)
-        stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
-        params = json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
+        from .probes.shadow import ShadowProbe
 
-        def run(i: int) -> tuple[int, DecodeResult]:
-            prompt = encode_prompt(loaded, rows[i], chat=bool(man.get("chat")))
+        job = load_job_model(man, dev, method, proxies, compile)
+        task = Path(task_file).stem
+
+        def run(i: int, observer=None) -> tuple[int, DecodeResult]:
+            prompt = job.prompt(rows[i])
             gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
-            return len(prompt), decode(model, sampler, cache, torch.tensor(prompt, dtype=torch.long),
-                                       gen_len, gen)
+            return len(prompt), decode(job.model, job.sampler, job.cache, prompt, gen_len, gen, observer)
 
         if warmup:
             run(todo[0])  # one warm-up generation, untimed (measurement convention)
-        for i in tqdm(todo, desc=f"{man['name']}/{Path(task_file).stem}/{method['name']}", mininterval=2):
-            prompt_len, res = run(i)
-            ids = res.response.tolist()
-            kept = cut_at_stop(ids, stops)
-            text = tok.decode(kept, skip_special_tokens=False)
-            st = res.stats
-            journal.append({
-                "sample_index": i, "task_id": rows[i]["task_id"], "completion": text, "token_ids": ids,
-                "steps": st["steps"], "nfe": st["nfe"], "refreshes": st["refreshes"],
-                "cached_forwards": st["cached_forwards"], "revisions": st["revisions"],
-                "time_s": res.time_s, "device": device_name(dev), "backbone": man["name"],
-                "task": Path(task_file).stem, "method": method["name"],
-                "sampler": method["sampler"]["name"], "cache": method["cache"]["name"],
-                "params": params, "stats": json.dumps(st),
-                **measurements(prompt_len, len(kept), res)})
+        for i in tqdm(todo, desc=f"{man['name']}/{task}/{method['name']}", mininterval=2):
+            probe = ShadowProbe(**shadow).start(rows[i]["task_id"]) if shadow is not None else None
+            prompt_len, res = run(i, probe)
+            record = generation_row(job, i, rows[i], prompt_len, res, man, task, method, dev)
+            if probe is not None:
+                record["probes"] = probe.records
+            journal.append(record)
 
     final = [journal.rows[i] for i in indices]
     atomic_write_parquet(out_path, pa.Table.from_pylist(final, schema=GENERATION_SCHEMA))
+    if probes_out:
+        from .probes.shadow import probes_table
+
+        atomic_write_parquet(probes_out, probes_table(final))
     atomic_write_json(provenance, provenance_record(seed, config_hash, man, method, dev, compile))
     journal.path.unlink(missing_ok=True)

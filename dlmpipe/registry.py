@@ -133,6 +133,9 @@ class Component:
     #: params, backbones.identity.BackboneIdentity) -> the concrete value (ValueError, saying
     #: why, when none fits); a function may keep "auto" where the parameter is unused
     auto: dict[str, Callable[[dict, object], object]] = field(default_factory=dict)
+    #: cache: keeps a prompt snapshot whose next refresh can be forced or withheld
+    #: (``Cache.force_next``), which the matched-state intervention needs (docs/ANALYSES.md)
+    feedback_intervention: bool = False
 
     def load(self) -> type:
         module, _, cls = self.target.partition(":")
@@ -229,7 +232,8 @@ CACHES = _registry(
                "default": 8},
          "refresh": choice(["distance", "age"], "distance",
                            "distance (Hamming distance to the anchor >= K) or age (every A updates)"),
-         "A": integer(8, "refresh age for refresh=age")}),
+         "A": integer(8, "refresh age for refresh=age")},
+        feedback_intervention=True),
     Component(
         "fast_dllm_prefix", "dlmpipe.engine.fast_dllm:FastDLLMPrefixCache",
         "Fast-dLLM prefix cache: a full forward at each block start; later steps recompute the "

@@ -69,7 +69,11 @@ def slurm_gpu_flags(resources: dict) -> str:
 
 
 # ---- the profile, without a cluster -------------------------------------------------------------
-def test_profile_dry_runs_the_default_campaign_with_gpus_on_generate_jobs(tmp_path, monkeypatch):
+# The rules that run the model (common.smk's model_job_resources): each asks for the GPU partition.
+MODEL_RULES = {"generate", "time_methods", "shadow_probe", "intervention", "drift_profile"}
+
+
+def test_profile_dry_runs_the_default_campaign_with_gpus_on_model_jobs(tmp_path, monkeypatch):
     monkeypatch.setenv("DLMPIPE_SLURM_PARTITION", "cpuq")
     monkeypatch.setenv("DLMPIPE_SLURM_GPU_PARTITION", "gpuq")
     monkeypatch.setenv("DLMPIPE_SLURM_ACCOUNT", "lab42")
@@ -80,10 +84,12 @@ def test_profile_dry_runs_the_default_campaign_with_gpus_on_generate_jobs(tmp_pa
     campaign = Campaign(yaml.safe_load((REPO / "config.yaml").read_text()))
     generate = [r for rule, r in jobs if rule == "generate"]
     assert len(generate) == len(campaign.backbones) * len(campaign.tasks) * len(campaign.methods)
-    for res in generate:
-        assert res["gpu"] == "1" and res["slurm_partition"] == "gpuq" and res["slurm_account"] == "lab42"
-        assert slurm_gpu_flags(res) == "--gpus=1"
-    others = [(rule, r) for rule, r in jobs if rule not in ("generate", "all")]
+    model_jobs = [(rule, r) for rule, r in jobs if rule in MODEL_RULES]
+    assert {rule for rule, _ in model_jobs} == MODEL_RULES  # the default campaign runs every kind
+    for rule, res in model_jobs:
+        assert res["gpu"] == "1" and res["slurm_partition"] == "gpuq" and res["slurm_account"] == "lab42", rule
+        assert slurm_gpu_flags(res) == "--gpus=1", rule
+    others = [(rule, r) for rule, r in jobs if rule not in MODEL_RULES | {"all"}]
     assert {rule for rule, _ in others} >= {"score", "train_toy", "summarize", "plot"}
     for rule, res in others:  # CPU-only: no GPU asked, the CPU partition
         assert "gpu" not in res and slurm_gpu_flags(res) == "", rule

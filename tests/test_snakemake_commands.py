@@ -28,7 +28,10 @@ COMMANDS = {"dag": ["--dag"], "rulegraph": ["--rulegraph"], "summary": ["--summa
             "list-rules": ["--list-rules"], "lint": ["--lint"], "report": ["--report", "report.html"],
             "dry-run": ["-n"]}
 RULES = {"all", "train_toy", "prepare_backbone", "svd", "prepare_task", "generate", "score",
-         "time_methods", "summarize", "plot", "plot_sweeps", "tables"}  # merge_generations: only with shards > 1
+         "time_methods", "summarize", "plot", "plot_sweeps", "tables",  # merge_generations: only with shards > 1
+         # the analyses (docs/ANALYSES.md), defined whether or not the campaign names any
+         "shadow_probe", "shadow_analysis", "intervention", "score_branch",
+         "intervention_analysis", "drift_profile", "drift_analysis"}
 
 
 def campaign_workdir(root: Path, campaign: str) -> tuple[Path, Path | None]:
@@ -126,7 +129,12 @@ def expected_outputs(campaign: Campaign) -> set[str]:
             | {f"results/generations/{b}/{t}/{m}.{ext}" for b, t, m in b_t_m
                for ext in ("parquet", "provenance.json")}
             | {f"results/tasks/{t}.parquet" for t in campaign.tasks}
-            | {f"results/backbones/{b}/manifest.json" for b in campaign.backbones})
+            | {f"results/backbones/{b}/manifest.json" for b in campaign.backbones}
+            | {f"results/analyses/{kind}/{b}/{t}/{m}/{name}"
+               for kind, names in (("shadow", ("bins.csv", "probes.parquet")),
+                                   ("intervention", ("paired.csv", "fresh.scores.parquet")),
+                                   ("drift", ("layers.csv", "records.parquet")))
+               for b, t, m in campaign.analysis_targets(kind) for name in names})
 
 
 def summary_rows(stdout: str) -> dict[str, dict]:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import yaml
 
 from dlmpipe.engine.proxies import load_proxies, proxies_from_model
-from dlmpipe.engine.spa import PROFILES, layer_budgets, split_gaussian
+from dlmpipe.engine.spa_profiles import PROFILES, layer_budgets, split_gaussian
 from dlmpipe.methods import build_cache
 
 from .models import FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbone

@@ -75,10 +75,21 @@ def expected_counts(campaign) -> dict[str, int]:
               "time_methods": b * t}  # every method timed together, per (backbone, task)
     if campaign.config["tables"]:
         counts["tables"] = 1  # every paper table of the campaign, one local job
-    # one SVD per backbone that an SPA method (singular proxy) decodes
-    if (svd := sum(any(campaign.needs_proxies(m, bb) for m in campaign.methods)
+    # one SVD per backbone that an SPA method (singular proxy) decodes or a drift profile reads
+    drift_backbones = {backbone for backbone, _, _ in campaign.analysis_targets("drift")}
+    if (svd := sum(any(campaign.needs_proxies(m, bb) for m in campaign.methods) or bb in drift_backbones
                    for bb in campaign.backbones)):
         counts["svd"] = svd
+    # analyses (docs/ANALYSES.md): a model job and a local table/figure job per target; the
+    # intervention's two branches are scored like generations
+    per_target = {"shadow": {"shadow_probe": 1, "shadow_analysis": 1},
+                  "intervention": {"intervention": 1, "score_branch": 2, "intervention_analysis": 1},
+                  "drift": {"drift_profile": 1, "drift_analysis": 1}}
+    for kind, rules in per_target.items():
+        n = len(campaign.analysis_targets(kind))
+        for rule, jobs in rules.items():
+            if n:
+                counts[rule] = jobs * n
     shards = campaign.config["shards"]
     if shards > 1:  # N generate jobs per method, joined by one merge before scoring
         counts["generate"] *= shards

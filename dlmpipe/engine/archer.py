@@ -60,6 +60,7 @@ class ArcherCache(Cache):
         self.anchor: Tensor | None = None
         self.updates_since_refresh = 0
         self.refresh_distances = []
+        self.forced: bool | None = None  # force_next: the next forward's decision, once
 
     def _refresh_distance(self, response: Tensor) -> int | Tensor | None:
         """The distance to the anchor when this forward must refresh, else None. The distance
@@ -81,13 +82,22 @@ class ArcherCache(Cache):
         if self.anchor is None:
             return self._full_forward(x)
         self.updates_since_refresh += 1
-        distance = self._refresh_distance(response)
+        forced, self.forced = self.forced, None
+        if forced is None:
+            distance = self._refresh_distance(response)
+        else:  # force_next: the intervention decides, the rule is not consulted
+            distance = hamming_distance(response, self.anchor) if forced else None
         if distance is not None:
             self.stats.refreshes += 1
             self.refresh_distances.append(distance)
             return self._full_forward(x)
         self.stats.cached_forwards += 1
         return self._cached_forward(x)
+
+    def force_next(self, refresh: bool) -> None:
+        """Next forward: a refresh that re-anchors (``refresh``), or the cached path over the
+        current prompt snapshot; counted like the rule's own decisions."""
+        self.forced = bool(refresh)
 
     def _full_forward(self, x: Tensor) -> Tensor:
         """Exact logits and every layer's K/V under the current response; re-anchor."""

@@ -70,6 +70,14 @@ class Cache(ABC):
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         """Logits ``[G, V]`` for the response positions, as the sampler reads them (shifted)."""
 
+    def force_next(self, refresh: bool) -> None:
+        """The matched-state intervention (docs/ANALYSES.md): make the next forward rebuild the
+        cached state (``refresh``) or reuse the current snapshot (not ``refresh``), whatever the
+        refresh rule would decide; later forwards follow the rule again. Caches that support
+        it say so in dlmpipe.registry (``feedback_intervention``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot force its next forward "
+                                  "(no prompt snapshot to keep or rebuild)")
+
     def extra_stats(self) -> dict:
         """Method-specific statistics recorded with each sample (e.g. distances at refresh)."""
         return {}

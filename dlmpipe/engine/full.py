@@ -6,12 +6,18 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ..backbones.model import Backbone
 from .base import Cache
+
+
+def full_response_logits(model: Backbone, x: Tensor, prompt_len: int) -> Tensor:
+    """Response logits ``[G, V]`` of one full bidirectional forward over ``x [N]`` (no cache
+    involved: also the shadow probe's fresh logits, docs/ANALYSES.md)."""
+    h = model.hidden_states(x[None])
+    return model.response_logits_from_rows(h[:, model.first_logit_row(prompt_len):])[0]
 
 
 class FullRecompute(Cache):
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
         self.stats.nfe += 1
-        m = self.model
-        h = m.hidden_states(x[None])
-        return m.response_logits_from_rows(h[:, m.first_logit_row(self.prompt_len):])[0]
+        return full_response_logits(self.model, x, self.prompt_len)

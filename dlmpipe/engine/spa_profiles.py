@@ -1,13 +1,14 @@
 """SPA-Cache's layer-budget profiles and which backbone gets which (docs/METHODS.md §2.3).
 
-A profile holds the constants of the split Gaussian rho(l) (``spa.layer_budgets``). ``profile:
+A profile holds the constants of the split Gaussian rho(l) (``layer_budgets``). ``profile:
 auto``, the default, takes the backbone's (``profile_for``, bound per backbone by the campaign
 through ``dlmpipe.registry``): by config.json's family and the checkpoint's names
 (dlmpipe/backbones/identity.py), since LLaDA-1.5 and LLaDA-8B-Instruct share one config.json.
-No torch here: the campaign check imports this.
+No torch here: the campaign check imports this, and the drift-profile figure draws rho(l).
 """
 from __future__ import annotations
 
+import math
 import re
 
 # m, rho_p, rho_1, rho_L (docs/METHODS.md §2.3; Dream's are rescaled so the peak is 0.25)
@@ -47,3 +48,33 @@ def profile_for(params: dict, backbone) -> str:
         return "auto"
     raise ValueError(f"no SPA-Cache profile fits {backbone.describe()}: {why}; name one of "
                      f"{', '.join(PROFILES)}")
+
+
+def split_gaussian(t: float, m: float, rho_p: float, rho_1: float, rho_L: float,
+                   left_floor: float | None = None) -> float:
+    """``rho(t) = rho_p exp(-(t - m)^2 / (2 sigma^2))``, sigma from the left end for t < m
+    (``sigma^2 = m^2 / (2 ln(rho_p / rho_1))``) and from the right end otherwise
+    (``(1 - m)^2 / (2 ln(rho_p / rho_L))``); an end equal to the peak makes its side flat."""
+    left = t < m
+    end, span = (rho_1, m) if left else (rho_L, 1.0 - m)
+    ratio = math.log(rho_p / end)
+    if ratio == 0.0 or t == m:
+        rho = rho_p
+    else:
+        sigma2 = span ** 2 / (2.0 * ratio)
+        rho = rho_p * math.exp(-((t - m) ** 2) / (2.0 * sigma2))
+    if left and left_floor is not None:
+        rho = max(rho, left_floor)
+    return rho
+
+
+def layer_budgets(n_layers: int, profile: str, rho_p: float | None = None,
+                  scale: float = 1.0, left_floor: float | None = None) -> list[float]:
+    """rho(l) for l = 0..L-1 at t = l / L, clipped to 1 (layer 0 runs dense regardless)."""
+    c = dict(PROFILES[profile])
+    if rho_p is not None:  # a new peak, the ends rescaled with it: same shape
+        c = {**c, "rho_1": c["rho_1"] * rho_p / c["rho_p"], "rho_L": c["rho_L"] * rho_p / c["rho_p"],
+             "rho_p": rho_p}
+    c = {**c, **{k: c[k] * scale for k in ("rho_p", "rho_1", "rho_L")}}
+    return [min(1.0, split_gaussian(i / n_layers, c["m"], c["rho_p"], c["rho_1"], c["rho_L"], left_floor))
+            for i in range(n_layers)]

@@ -36,6 +36,7 @@ class Sampler(ABC):
         self.done = False
         self.first_token: Tensor | None = None  # token first held by each position (revisions)
         self.revised: Tensor | None = None
+        self.last_action: tuple[Tensor, Tensor, Tensor | None] | None = None
 
     @property
     def block(self) -> tuple[int, int]:
@@ -45,6 +46,13 @@ class Sampler(ABC):
     @abstractmethod
     def step(self, x: Tensor, logits: Tensor) -> None:
         """Update ``x [N]`` in place from response logits ``[G, V]``."""
+
+    #: The last step's action when the sampler records it: (accepted mask ``[G]``, the token
+    #: each accepted position received ``[G]``, re-masked positions or None), on the sampler's
+    #: device, without a host read. Saber records it (a position can be accepted and re-masked
+    #: in one step); None: the shadow probe derives it from the states before and after the
+    #: step (docs/ANALYSES.md).
+    last_action: tuple[Tensor, Tensor, Tensor | None] | None = None
 
     def due_positions(self) -> Tensor | None:
         """Response positions the next ``step`` will decode, when they are fixed before the

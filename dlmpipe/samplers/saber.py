@@ -73,6 +73,7 @@ class Saber(Sampler):
         response.copy_(torch.where(accept, tok, response))
         self.committed |= accept
         self.acc = torch.where(accept, p, self.acc)
+        self.last_action = (accept, tok, None)  # no host read: the shadow probe reads it
         self.steps += 1
         self.block_step += 1
         self._track(response)
@@ -104,6 +105,7 @@ class Saber(Sampler):
         response[worst] = self.mask_id
         self.committed[worst] = False
         self.remasked_total += int(worst.numel())
+        self.last_action = (accept, tok, worst)
         self._track(response)
 
     def stats(self) -> dict:

@@ -91,6 +91,19 @@ def generate_threads(wildcards=None):
     return 1 if generate_gpus() > 0 else workflow.cores
 
 
+def model_job_resources():
+    """Resources of every job that runs the model (generate, time_methods, the analyses' probe
+    jobs; profiles/slurm sends these rules to the GPU partition)."""
+    return dict(
+        gpu=generate_gpus(),
+        mem_mb=RESOURCES["generate"]["mem_mb"],
+        # a retry (--retries) resumes from the journal, with more time in case time ran out
+        runtime=lambda w, attempt: RESOURCES["generate"]["runtime"] * attempt,
+        **({"gpu_model": RESOURCES["generate"]["gpu_model"]}
+           if RESOURCES["generate"]["gpu_model"] and generate_gpus() else {}),
+    )
+
+
 def score_threads(wildcards=None):
     """Programs a score job runs at once: all cores unless the campaign says."""
     return RESOURCES["score"]["threads"] or workflow.cores
@@ -144,3 +157,44 @@ def timing_proxies_input(wildcards):
     if any(CAMPAIGN.needs_proxies(m, wildcards.backbone, wildcards.task) for m in CAMPAIGN.methods):
         return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
     return []
+
+# ---- analyses (analyses.smk; docs/ANALYSES.md) ------------------------------------------------
+ANALYSES = f"{R}/analyses"
+SHADOW = f"{ANALYSES}/shadow/{{backbone}}/{{task}}/{{method}}"
+INTERVENTION = f"{ANALYSES}/intervention/{{backbone}}/{{task}}/{{method}}"
+DRIFT = f"{ANALYSES}/drift/{{backbone}}/{{task}}/{{method}}"
+
+
+def option(kind, key):
+    """One option of analysis ``kind`` for a job's (backbone, task, method) (a params function:
+    a changed option reruns exactly the jobs that read it)."""
+    return lambda w: CAMPAIGN.analysis(kind, w.backbone, w.task, w.method)[key]
+
+
+def option_flag(kind, key):
+    """The option as a command-line flag ``--key value``; nothing when it is null."""
+    def flag(w):
+        value = CAMPAIGN.analysis(kind, w.backbone, w.task, w.method)[key]
+        return "" if value is None else f"--{key} {value}"
+    return flag
+
+
+def analysis_label(w):
+    return f"{w.backbone}/{w.task}/{w.method}"
+
+
+def analysis_outputs(wildcards=None):
+    """Every table and figure the campaign's analyses produce (rule all)."""
+    files = {"shadow": ["bins.csv", "correlations.csv", "reproduction.csv", "disagreement.png"],
+             "intervention": ["branches.csv", "paired.csv", "intervention.png"],
+             "drift": ["layers.csv", "similarity.png", "drift_share.png"]}
+    return [f"{ANALYSES}/{kind}/{b}/{t}/{m}/{name}"
+            for kind, names in files.items()
+            for b, t, m in CAMPAIGN.analysis_targets(kind)
+            for name in names]
+
+
+def report_item(path, kind, caption, name):
+    return report(path, caption=f"../report/{caption}.rst", category="Mechanism analyses",
+                  subcategory=kind, labels={"backbone": "{backbone}", "task": "{task}",
+                                            "method": "{method}", "output": name})

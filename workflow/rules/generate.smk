@@ -19,12 +19,7 @@ rule generate:
         config_hash=config_hash,
     threads: generate_threads
     resources:
-        gpu=generate_gpus(),
-        mem_mb=RESOURCES["generate"]["mem_mb"],
-        # a retry (--retries) resumes from the journal, with more time in case time ran out
-        runtime=lambda w, attempt: RESOURCES["generate"]["runtime"] * attempt,
-        **({"gpu_model": RESOURCES["generate"]["gpu_model"]}
-           if RESOURCES["generate"]["gpu_model"] and generate_gpus() else {}),
+        **model_job_resources(),
     log:
         f"{R}/logs/generate/{{backbone}}/{{task}}/{{method}}"
         + ("" if SHARDS == 1 else f".shard{{shard}}-of-{SHARDS}") + ".log",

@@ -21,11 +21,7 @@ rule time_methods:
     # the generate jobs' device and threads: the times are of the decoding they measure
     threads: generate_threads
     resources:
-        gpu=generate_gpus(),
-        mem_mb=RESOURCES["generate"]["mem_mb"],
-        runtime=RESOURCES["generate"]["runtime"],
-        **({"gpu_model": RESOURCES["generate"]["gpu_model"]}
-           if RESOURCES["generate"]["gpu_model"] and generate_gpus() else {}),
+        **model_job_resources(),
     log:
         f"{R}/logs/time_methods/{{backbone}}/{{task}}.log",
     conda:

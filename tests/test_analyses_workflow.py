@@ -1,0 +1,197 @@
+"""The analyses as workflow stages (docs/ANALYSES.md): the DAG Snakemake builds for the config's
+`analyses:` section (adding one reruns nothing else; each option reruns exactly the jobs that
+read it), and a real run of the tiny campaign with every analysis, checked against the main
+generations."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from dlmpipe.campaign import Campaign, ConfigError
+
+from .test_workflow_dag import REPORT_JOBS
+from .workflow import CONFIGS, REPO, fake_finished_run, scheduled
+
+TINY = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+TARGET = ("toy", "toy_code", "archer-kinf")
+ANALYSES = {
+    "shadow": [{"methods": ["archer-kinf"], "tasks": ["toy_code"], "bins": [0, 1, 2, 4]}],
+    "intervention": [{"methods": ["archer-kinf"], "tasks": ["toy_code"], "threshold": 0.5}],
+    "drift": [{"methods": ["llada-confidence"], "tasks": ["toy_code"], "rank": 8}],
+}
+SHADOW = {("shadow_probe", *TARGET), ("shadow_analysis", *TARGET)}
+INTERVENTION = {("intervention", *TARGET), ("score_branch", *TARGET), ("intervention_analysis", *TARGET)}
+DRIFT = {("drift_profile", "toy", "toy_code", "llada-confidence"),
+         ("drift_analysis", "toy", "toy_code", "llada-confidence")}
+
+
+def with_analyses(analyses: dict | None) -> dict:
+    config = copy.deepcopy(TINY)
+    if analyses is not None:
+        config["analyses"] = copy.deepcopy(analyses)
+    return config
+
+
+def planned(workdir: Path, snakemake, name: str, config: dict) -> set[tuple]:
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return scheduled(snakemake(workdir, "-n", configfile=path).stdout)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, snakemake):
+    """Two finished runs (faked: outputs and metadata): the tiny campaign, and with analyses."""
+    runs = {}
+    for name, analyses in (("plain", None), ("analysed", ANALYSES)):
+        workdir = tmp_path_factory.mktemp(name)
+        path = workdir / "config.yaml"
+        path.write_text(yaml.safe_dump(with_analyses(analyses), sort_keys=False))
+        fake_finished_run(workdir, path)
+        runs[name] = workdir
+    return runs
+
+
+# ---- the config section ----------------------------------------------------------------------
+def test_analysis_entries_expand_to_targets_with_defaults_filled():
+    campaign = Campaign(with_analyses({"shadow": [{"methods": ["archer-k1", "archer-kinf"]}],
+                                       "drift": [{"methods": ["llada-confidence"], "limit": 2}]}))
+    assert campaign.analysis_targets("shadow") == [
+        ("toy", t, m) for t in ("toy_code", "toy_arith") for m in ("archer-k1", "archer-kinf")]
+    assert campaign.analysis("shadow", "toy", "toy_arith", "archer-k1") == {
+        "limit": None, "steps": "cached", "rate": 1.0, "seed": 0, "bins": [0, 1, 2, 4, 8, 16, 32, 64, 128]}
+    assert campaign.analysis("drift", "toy", "toy_code", "llada-confidence") == {
+        "limit": 2, "rank": None, "tau": 0.95, "profile": "llada-8b-instruct"}
+    assert campaign.analysis_targets("intervention") == []
+    with pytest.raises(ValueError, match="analyses.drift names no toy/toy_code/archer-k1"):
+        campaign.analysis("drift", "toy", "toy_code", "archer-k1")
+    default = Campaign(yaml.safe_load((REPO / "config.yaml").read_text()))
+    assert all(default.analysis_targets(k) for k in ("shadow", "intervention", "drift"))
+    assert Campaign(with_analyses(None)).analyses == {"shadow": {}, "intervention": {}, "drift": {}}
+
+
+@pytest.mark.parametrize("analyses,named", [
+    ({"shadow": [{"methods": ["archer-k8"]}]}, r"analyses.shadow\[0\].methods\[0\]: 'archer-k8' is not"),
+    ({"drift": [{"methods": ["llada-confidence"], "tasks": ["gsm8k"]}]}, r"analyses.drift\[0\].tasks\[0\]"),
+    ({"shadow": [{"methods": ["archer-k1"]}, {"methods": ["archer-k1"], "tasks": ["toy_code"]}]},
+     r"analyses.shadow\[1\]: toy/toy_code/archer-k1 is already analysed"),
+    ({"intervention": [{"methods": ["llada-confidence"]}]}, r"cache 'none'.*one of: archer"),
+    ({"shadow": [{"methods": ["archer-k1"], "bins": [0, 2], "rates": 1}]}, r"analyses.shadow\[0\].rates: unknown key"),
+    ({"shadow": [{"methods": ["archer-k1"], "rate": 0}]}, r"analyses.shadow\[0\].rate"),
+    ({"intervention": [{"tasks": ["toy_code"]}]}, r"analyses.intervention\[0\].methods: missing"),
+    ({"ablation": []}, r"analyses.ablation: unknown key"),
+])
+def test_a_bad_analysis_entry_is_named_by_its_key(analyses, named):
+    with pytest.raises(ConfigError, match=named):
+        Campaign(with_analyses(analyses))
+
+
+# ---- the DAG ------------------------------------------------------------------------------------
+def _set(analysis: str, key: str, value):
+    def change(analyses):
+        analyses[analysis][0][key] = value
+        return analyses
+    return change
+
+
+# name -> (finished run, the analyses section after the change, the jobs it must schedule)
+CHANGES = {
+    "add-shadow": ("plain", {"shadow": ANALYSES["shadow"]}, SHADOW),
+    "add-intervention": ("plain", {"intervention": ANALYSES["intervention"]}, INTERVENTION),
+    # the drift profile's singular proxy series needs the backbone's SVD, which no method here did
+    "add-drift": ("plain", {"drift": ANALYSES["drift"]}, DRIFT | {("svd", "toy", None, None)}),
+    "remove-all": ("analysed", None, set()),
+    "shadow-bins": ("analysed", _set("shadow", "bins", [0, 3]), {("shadow_analysis", *TARGET)}),
+    "shadow-rate": ("analysed", _set("shadow", "rate", 0.5), SHADOW),
+    "shadow-limit": ("analysed", _set("shadow", "limit", 2), SHADOW),
+    "intervention-threshold": ("analysed", _set("intervention", "threshold", 0.8), INTERVENTION),
+    "intervention-follow": ("analysed", _set("intervention", "follow", 3), INTERVENTION),
+    "drift-tau": ("analysed", _set("drift", "tau", 0.9), DRIFT),
+    "drift-figure-profile": ("analysed", _set("drift", "profile", "dream-7b"),
+                             {("drift_analysis", "toy", "toy_code", "llada-confidence")}),
+    "add-target": ("analysed", _set("shadow", "tasks", ["toy_code", "toy_arith"]),
+                   {("shadow_probe", "toy", "toy_arith", "archer-kinf"),
+                    ("shadow_analysis", "toy", "toy_arith", "archer-kinf")}),
+}
+
+
+@pytest.fixture(scope="module")
+def reruns(finished, snakemake) -> dict[str, set[tuple]]:
+    def plan(name):
+        run, change, _ = CHANGES[name]
+        analyses = change(copy.deepcopy(ANALYSES)) if callable(change) else change
+        return planned(finished[run], snakemake, name, with_analyses(analyses))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {name: pool.submit(plan, name) for name in CHANGES}
+        return {name: f.result() for name, f in futures.items()}
+
+
+@pytest.mark.parametrize("name", list(CHANGES))
+def test_an_analysis_change_reruns_exactly_its_jobs(reruns, name):
+    assert reruns[name] == CHANGES[name][2]
+
+
+def test_a_method_change_reruns_its_analyses_too(finished, snakemake):
+    config = with_analyses(ANALYSES)
+    config["methods"]["archer"]["sampler"]["n"] = 3
+    jobs = planned(finished["analysed"], snakemake, "method-param", config)
+    decoding = {(rule, "toy", t, m) for rule in ("generate", "score") for t in ("toy_code", "toy_arith")
+                for m in ("archer-k1", "archer-kinf")}
+    assert jobs == decoding | SHADOW | INTERVENTION | REPORT_JOBS
+
+
+# ---- a real run ------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_tiny_campaign_with_every_analysis(tmp_path, snakemake):
+    config = with_analyses(ANALYSES)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    snakemake(tmp_path, "--cores", "2", configfile=path)
+    root = tmp_path / "results" / "analyses"
+
+    shadow = root / "shadow" / "toy" / "toy_code" / "archer-kinf"
+    probes = pd.read_parquet(shadow / "probes.parquet")
+    bins = pd.read_csv(shadow / "bins.csv")
+    assert len(probes) > 0 and probes["cached"].all()
+    assert bins["probes"].sum() == len(probes)
+    # the probed job reproduced the main generations exactly, sample by sample
+    reproduced = pd.read_csv(shadow / "reproduction.csv")
+    assert len(reproduced) == 3 and reproduced["reproduced"].all()
+    main = pd.read_parquet(tmp_path / "results" / "generations" / "toy" / "toy_code" / "archer-kinf.parquet")
+    trajectory = pd.read_parquet(shadow / "trajectory.parquet")
+    assert (trajectory["nfe"] == main["nfe"]).all() and (trajectory["completion"] == main["completion"]).all()
+    # K = inf: every update after the first is cached, and each was probed (rate 1)
+    assert len(probes) == int(main["cached_forwards"].sum())
+    corr = pd.read_csv(shadow / "correlations.csv")
+    assert set(corr["outcome"]) == {"action_differs", "next_state_distance", "logit_drift_max"}
+
+    inter = root / "intervention" / "toy" / "toy_code" / "archer-kinf"
+    pairs = pd.read_parquet(inter / "pairs.parquet")
+    paired = pd.read_csv(inter / "paired.csv").iloc[0]
+    assert len(pairs) == 3 and paired["problems"] == 3
+    assert paired[["both_pass", "only_fresh", "only_cached", "neither"]].sum() == paired["pairs"]
+    for branch in ("fresh", "cached"):
+        scores = pd.read_parquet(inter / f"{branch}.scores.parquet")
+        assert len(scores) == paired["pairs"] and scores["status"].notna().all()
+        assert set(scores["isolation"]) <= {"bwrap", "process", "process+landlock",
+                                            "process+seccomp", "process+landlock+seccomp"}
+        for stats in scores["stats"]:
+            assert json.loads(stats)["branch"] == branch
+
+    drift = root / "drift" / "toy" / "toy_code" / "llada-confidence"
+    layers = pd.read_csv(drift / "layers.csv")
+    assert set(layers["series"]) == {"input", "proxy", "value", "ffn_output"}
+    assert layers["drifting_share"].between(0, 1).all()
+
+    pngs = [shadow / "disagreement.png", inter / "intervention.png", drift / "similarity.png",
+            drift / "drift_share.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    snakemake(tmp_path, "--report", "report.html", configfile=path)
+    html = (tmp_path / "report.html").read_text(errors="replace")
+    assert "Mechanism analyses" in html

@@ -1,0 +1,213 @@
+# Mechanism analyses (docs/ANALYSES.md): for each (backbone, task, method) the config's
+# `analyses:` section names, a job that runs the model with a probe or an intervention, then a
+# local job that makes the tables and figures. Everything lives under analyses/{analysis}/ and
+# no main generate or score job depends on it: adding an analysis reruns nothing else, and an
+# analysis option reruns only the jobs that read it.
+
+wildcard_constraints:
+    branch="fresh|cached",
+
+
+# ---- Archer: shadow-forward probes -------------------------------------------------------
+rule shadow_probe:
+    """The generate job's code path with the shadow probe on, over the first `limit` problems:
+    its trajectory (checked against the main generations) and one row per probe."""
+    input:
+        manifest=f"{R}/backbones/{{backbone}}/manifest.json",
+        task=f"{R}/tasks/{{task}}.parquet",
+        proxies=proxies_input,  # the method's own artifacts, as for its generate job
+    output:
+        probes=f"{SHADOW}/probes.parquet",
+        trajectory=f"{SHADOW}/trajectory.parquet",
+        provenance=f"{SHADOW}/trajectory.provenance.json",
+    params:
+        method=lambda w: as_json(generate_params(w)["method"]),
+        seed=config["seed"],
+        device=config["device"],
+        compile=config["compile"],  # the main generate job's: the same trajectory
+        config_hash=config_hash,
+        shadow=lambda w: as_json({k: option("shadow", k)(w) for k in ("rate", "steps", "seed")}),
+        limit=option_flag("shadow", "limit"),
+    threads: generate_threads
+    resources:
+        **model_job_resources(),
+    log:
+        f"{R}/logs/shadow_probe/{{backbone}}/{{task}}/{{method}}.log",
+    conda:
+        "../../envs/generate.yaml"
+    shell:
+        "python -m dlmpipe generate --manifest {input.manifest} --task-file {input.task}"
+        " --method {params.method:q} --seed {params.seed} --device {params.device}"
+        " --compile {params.compile} --config-hash {params.config_hash} --out {output.trajectory}"
+        " --provenance {output.provenance} --proxies={input.proxies:q} --no-warmup"
+        " --shadow {params.shadow:q} --probes-out {output.probes} {params.limit} > {log} 2>&1"
+
+
+rule shadow_analysis:
+    """Disagreement by anchor-distance bin, partial Spearman correlations, the reproduction
+    check against the main generations, and the figure."""
+    input:
+        probes=rules.shadow_probe.output.probes,
+        trajectory=rules.shadow_probe.output.trajectory,
+        generations=f"{GENERATIONS}.parquet",
+    output:
+        bins=report_item(f"{SHADOW}/bins.csv", "shadow", "shadow", "disagreement by distance"),
+        correlations=report_item(f"{SHADOW}/correlations.csv", "shadow", "shadow",
+                                 "partial Spearman correlations"),
+        reproduction=report_item(f"{SHADOW}/reproduction.csv", "shadow", "shadow",
+                                 "main trajectory reproduced"),
+        figure=report_item(f"{SHADOW}/disagreement.png", "shadow", "shadow", "figure"),
+    params:
+        bins=lambda w: as_json(option("shadow", "bins")(w)),
+        label=analysis_label,
+    localrule: True
+    log:
+        f"{R}/logs/shadow_analysis/{{backbone}}/{{task}}/{{method}}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlmpipe shadow-analysis --probes {input.probes} --trajectory {input.trajectory}"
+        " --generations {input.generations} --bins {params.bins:q} --label {params.label:q}"
+        " --out-bins {output.bins} --out-correlations {output.correlations}"
+        " --out-reproduction {output.reproduction} --out-figure {output.figure} > {log} 2>&1"
+
+
+# ---- Archer: matched-state feedback intervention --------------------------------------------
+rule intervention:
+    """Fresh and Cached branches from the first confident acceptance of each problem."""
+    input:
+        manifest=f"{R}/backbones/{{backbone}}/manifest.json",
+        task=f"{R}/tasks/{{task}}.parquet",
+        proxies=proxies_input,  # the method's own artifacts, as for its generate job
+    output:
+        pairs=f"{INTERVENTION}/pairs.parquet",
+        fresh=f"{INTERVENTION}/fresh.parquet",
+        cached=f"{INTERVENTION}/cached.parquet",
+    params:
+        method=lambda w: as_json(generate_params(w)["method"]),
+        seed=config["seed"],
+        device=config["device"],
+        compile=config["compile"],
+        threshold=option("intervention", "threshold"),
+        follow=option("intervention", "follow"),
+        limit=option_flag("intervention", "limit"),
+    threads: generate_threads
+    resources:
+        **model_job_resources(),
+    log:
+        f"{R}/logs/intervention/{{backbone}}/{{task}}/{{method}}.log",
+    conda:
+        "../../envs/generate.yaml"
+    shell:
+        "python -m dlmpipe intervene --manifest {input.manifest} --task-file {input.task}"
+        " --method {params.method:q} --seed {params.seed} --device {params.device}"
+        " --compile {params.compile} --proxies={input.proxies:q}"
+        " --threshold {params.threshold} --follow {params.follow}"
+        " {params.limit} --out-pairs {output.pairs} --out-fresh {output.fresh}"
+        " --out-cached {output.cached} > {log} 2>&1"
+
+
+rule score_branch:
+    """Score one branch's completions exactly like generations (the score stage, sandboxed)."""
+    input:
+        generations=f"{INTERVENTION}/{{branch}}.parquet",
+        task=f"{R}/tasks/{{task}}.parquet",
+    output:
+        f"{INTERVENTION}/{{branch}}.scores.parquet",
+    params:
+        sandbox=score_sandbox(),
+    threads: score_threads
+    resources:
+        mem_mb=RESOURCES["score"]["mem_mb"],
+        runtime=RESOURCES["score"]["runtime"],
+    log:
+        f"{R}/logs/score_branch/{{backbone}}/{{task}}/{{method}}.{{branch}}.log",
+    conda:
+        "../../envs/score.yaml"
+    shell:
+        "python -m dlmpipe score --generations {input.generations} --task-file {input.task}"
+        " --out {output} --workers {threads} --sandbox {params.sandbox} > {log} 2>&1"
+        " || {{ tail -n 12 {log} >&2; exit 1; }}"
+
+
+rule intervention_analysis:
+    """Pass@1 and Rev.@5 per branch, branch-only passes, paired counts, figure."""
+    input:
+        pairs=rules.intervention.output.pairs,
+        fresh=f"{INTERVENTION}/fresh.scores.parquet",
+        cached=f"{INTERVENTION}/cached.scores.parquet",
+    output:
+        branches=report_item(f"{INTERVENTION}/branches.csv", "intervention", "intervention",
+                             "per branch"),
+        paired=report_item(f"{INTERVENTION}/paired.csv", "intervention", "intervention",
+                           "paired counts"),
+        figure=report_item(f"{INTERVENTION}/intervention.png", "intervention", "intervention",
+                           "figure"),
+    params:
+        follow=option("intervention", "follow"),
+        label=analysis_label,
+    localrule: True
+    log:
+        f"{R}/logs/intervention_analysis/{{backbone}}/{{task}}/{{method}}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlmpipe intervention-analysis --pairs {input.pairs} --fresh-scores {input.fresh}"
+        " --cached-scores {input.cached} --follow {params.follow} --label {params.label:q}"
+        " --out-table {output.branches} --out-paired {output.paired}"
+        " --out-figure {output.figure} > {log} 2>&1"
+
+
+# ---- SPA-Cache: per-layer drift profile ----------------------------------------------------
+rule drift_profile:
+    """Per layer and update, step-to-step similarities along the method's trajectory."""
+    input:
+        manifest=f"{R}/backbones/{{backbone}}/manifest.json",
+        task=f"{R}/tasks/{{task}}.parquet",
+        proxies=f"{R}/backbones/{{backbone}}/proxies.safetensors",  # the singular proxy series
+    output:
+        f"{DRIFT}/records.parquet",
+    params:
+        method=lambda w: as_json(generate_params(w)["method"]),
+        seed=config["seed"],
+        device=config["device"],
+        compile=config["compile"],
+        rank=option_flag("drift", "rank"),
+        tau=option("drift", "tau"),
+        limit=option_flag("drift", "limit"),
+    threads: generate_threads
+    resources:
+        **model_job_resources(),
+    log:
+        f"{R}/logs/drift_profile/{{backbone}}/{{task}}/{{method}}.log",
+    conda:
+        "../../envs/generate.yaml"
+    shell:
+        "python -m dlmpipe drift-profile --manifest {input.manifest} --task-file {input.task}"
+        " --method {params.method:q} --seed {params.seed} --device {params.device}"
+        " --compile {params.compile} --proxies {input.proxies} {params.rank}"
+        " --tau {params.tau} {params.limit}"
+        " --out {output} > {log} 2>&1"
+
+
+rule drift_analysis:
+    """The per-layer table, the similarity figure (Figure 1) and the drift-share figure (Figure 2)."""
+    input:
+        rules.drift_profile.output,
+    output:
+        layers=report_item(f"{DRIFT}/layers.csv", "drift", "drift", "per layer"),
+        similarity=report_item(f"{DRIFT}/similarity.png", "drift", "drift", "similarity figure"),
+        share=report_item(f"{DRIFT}/drift_share.png", "drift", "drift", "drift-share figure"),
+    params:
+        tau=option("drift", "tau"),
+        profile=lambda w: option("drift", "profile")(w) or "",
+        label=analysis_label,
+    localrule: True
+    log:
+        f"{R}/logs/drift_analysis/{{backbone}}/{{task}}/{{method}}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "python -m dlmpipe drift-analysis --records {input} --tau {params.tau}"
+        " --profile {params.profile:q} --label {params.label:q} --out-table {output.layers}"
+        " --out-similarity {output.similarity} --out-share {output.share} > {log} 2>&1"
