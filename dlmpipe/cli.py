@@ -91,6 +91,14 @@ def _drift_analysis(a: argparse.Namespace) -> None:
                          label=a.label, profile=a.profile or None).to_string(index=False))
 
 
+def _time_methods(a: argparse.Namespace) -> None:
+    from .timing import run_timing_job
+
+    run_timing_job(manifest=a.manifest, task_file=a.task_file, methods=json.loads(a.methods),
+                   out=a.out, seed=a.seed, device=a.device, compile=a.compile,
+                   samples=a.samples, repeats=a.repeats, proxies=a.proxies or None)
+
+
 def _svd(a: argparse.Namespace) -> None:
     from .engine.proxies import write_proxies
 
@@ -147,7 +155,8 @@ def _summarize(a: argparse.Namespace) -> None:
     from .analysis.summary import summarize
 
     table = summarize(a.scores, reference=a.reference, out_parquet=a.out_parquet,
-                      out_csv=a.out_csv, also_against=a.also_against)
+                      out_csv=a.out_csv, also_against=a.also_against, timing=a.timing,
+                      seed=a.seed)
     if a.out_isolation:
         from .analysis.isolation import write_isolation_note
 
@@ -230,6 +239,21 @@ def build_parser() -> argparse.ArgumentParser:
                    "steps, seed; docs/ANALYSES.md); empty: no probe")
     s.add_argument("--probes-out", default="", help="the shadow probes' parquet (with --shadow)")
     s.set_defaults(func=_generate)
+
+    s = sub.add_parser("time-methods", help="time every method on the same samples, interleaved "
+                       "and repeated, in one process (paired speedups)")
+    s.add_argument("--manifest", required=True)
+    s.add_argument("--task-file", required=True)
+    s.add_argument("--methods", required=True, help="JSON list of methods as generate takes them")
+    s.add_argument("--out", required=True)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--device", default="auto")
+    s.add_argument("--compile", default="none", choices=["none", "cuda_graphs", "torch_compile"],
+                   help="how fixed-shape steps run, as in the generate jobs (dlmpipe/graphs.py)")
+    s.add_argument("--samples", type=int, default=10, help="time the first N samples of the task")
+    s.add_argument("--repeats", type=int, default=3, help="decodes per (method, sample)")
+    s.add_argument("--proxies", default="", help="the backbone's proxies.safetensors; empty: none")
+    s.set_defaults(func=_time_methods)
 
     def model_job(s: argparse.ArgumentParser) -> None:
         s.add_argument("--manifest", required=True)
@@ -334,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--scores", nargs="+", required=True)
     s.add_argument("--reference", required=True)
     s.add_argument("--also-against", nargs="*", default=[], help="extra speedup references")
+    s.add_argument("--timing", nargs="*", default=[], help="the timing stage's files: speedups "
+                   "as paired median ratios with bootstrap intervals (else: ratios of mean times)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
     s.add_argument("--out-parquet", required=True)
     s.add_argument("--out-csv", required=True)
     s.add_argument("--out-isolation", default="", help="HTML page for the report: the rows "

@@ -1,6 +1,7 @@
 """Summary table, speedups, Pareto flags and plots, on hand-built score tables."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -200,3 +201,143 @@ def test_measurement_means_and_quality_standard_error(campaign_scores):
     # scores written before the measurements existed: the columns are there, empty
     old = summary_table(campaign_scores, "ref")
     assert old[["mean_tps", "mean_ttft_s", "mean_generated_length"]].isna().all().all()
+
+
+# ---- uncertainty: quality SE and interval, paired speedups, the front within error ----------------
+def timing_of(backbone, task, times: dict[str, list[list[float]]]) -> pd.DataFrame:
+    """A timing table: ``times[method][repeat][sample]`` seconds."""
+    rows = []
+    for method, repeats in times.items():
+        for r, per_sample in enumerate(repeats):
+            for i, t in enumerate(per_sample):
+                rows.append({"backbone": backbone, "task": task, "method": method, "sample_index": i,
+                             "repeat": r, "slot": 0, "time_s": t})
+    return pd.DataFrame(rows)
+
+
+def test_quality_standard_error_and_wilson_interval(campaign_scores):
+    table = summary_table(campaign_scores, "ref").set_index(["task", "method"])
+    ref = table.loc[("code", "ref")]  # 2 of 4
+    assert ref["quality_se"] == pytest.approx(0.25)
+    # Wilson score interval at p = 0.5, n = 4, z = 1.96
+    assert ref["quality_ci_low"] == pytest.approx(0.1500, abs=1e-4)
+    assert ref["quality_ci_high"] == pytest.approx(0.8500, abs=1e-4)
+    twin = table.loc[("arith", "twin")]  # 2 of 2: no spread, but an interval that is not a point
+    assert twin["quality_se"] == 0 and twin["quality_ci_high"] == 1.0
+    assert 0.3 < twin["quality_ci_low"] < 1.0
+    assert (table["quality_ci_low"] <= table["quality"]).all()
+    assert (table["quality"] <= table["quality_ci_high"]).all()
+
+
+def test_paired_speedup_is_the_median_ratio_with_a_bootstrap_interval():
+    from dlmpipe.analysis.speedup import paired_speedups
+
+    ref = [1.0, 2.0, 4.0, 1.5, 3.0, 2.5, 1.2]
+    # the method is 2x faster on every sample, except one repeat of one sample that was disturbed
+    fast = [[t / 2 for t in ref] for _ in range(3)]
+    fast[1][3] = 10.0
+    slower = [[t * 1.25 for t in ref]] * 3
+    timing = timing_of("b", "t", {"ref": [ref] * 3, "fast": fast, "slower": slower})
+    out = paired_speedups(timing, "ref", seed=0).set_index("method")
+    # medians over repeats drop the outlier; the ratios are paired, so differences between
+    # samples (1 s to 4 s here) do not widen the interval at all
+    assert out.loc["fast", "speedup"] == pytest.approx(2.0)
+    assert out.loc["fast", ["ci_low", "ci_high"]].tolist() == pytest.approx([2.0, 2.0])
+    assert out.loc["slower", "speedup"] == pytest.approx(0.8)
+    assert out.loc["ref", ["speedup", "ci_low", "ci_high"]].tolist() == [1.0, 1.0, 1.0]
+    assert (out["samples"] == len(ref)).all()
+    # noisy ratios: the interval holds the median, lies within the ratios, and is reproducible
+    rng = np.random.default_rng(1)
+    noisy = [[t / rng.uniform(1.5, 2.5) for t in ref]]
+    again = timing_of("b", "t", {"ref": [ref], "noisy": noisy})
+    a = paired_speedups(again, "ref", seed=3).set_index("method").loc["noisy"]
+    b = paired_speedups(again, "ref", seed=3).set_index("method").loc["noisy"]
+    ratios = np.array(ref) / np.array(noisy[0])
+    assert a["speedup"] == pytest.approx(np.median(ratios))
+    assert ratios.min() <= a["ci_low"] < a["speedup"] < a["ci_high"] <= ratios.max()
+    assert a.tolist() == b.tolist()
+
+
+def test_unpaired_timing_is_refused():
+    from dlmpipe.analysis.speedup import paired_speedups
+
+    timing = timing_of("b", "t", {"ref": [[1.0, 2.0, 3.0]], "m": [[1.0, 2.0]]})
+    with pytest.raises(ValueError, match="lack some of the timed samples"):
+        paired_speedups(timing, "ref")
+    with pytest.raises(ValueError, match="no method 'saber'"):
+        paired_speedups(timing, "saber")
+
+
+def test_summary_speedups_come_from_the_timing_stage(campaign_scores):
+    # generate-job times say archer-k8 is 4x faster; the paired timing says 1.6x: it wins
+    timing = pd.concat([
+        timing_of("toy", "code", {"ref": [[1.0, 2.0, 1.5]], "archer-k8": [[0.625, 1.25, 0.9375]],
+                                  "slow-good": [[2.0, 4.0, 3.0]], "dominated": [[1.0, 2.0, 1.5]]}),
+        timing_of("toy", "arith", {"ref": [[1.0]], "twin": [[1.0]], "worse": [[0.5]]}),
+    ])
+    table = summary_table(campaign_scores, "ref", ["slow-good"], timing=timing).set_index(["task", "method"])
+    assert table.loc[("code", "archer-k8"), "speedup"] == pytest.approx(1.6)
+    assert table.loc[("code", "archer-k8"), "mean_time_s"] == pytest.approx(0.5)  # the jobs' own
+    assert table.loc[("code", "slow-good"), ["speedup", "speedup_ci_low", "speedup_ci_high"]].tolist() \
+        == pytest.approx([0.5, 0.5, 0.5])
+    assert table.loc[("code", "archer-k8"), "speedup_vs_slow-good"] == pytest.approx(3.2)
+    assert "speedup_vs_slow-good_ci_high" in table.columns
+    assert table.loc[("arith", "worse"), "speedup"] == 2.0 and (table["timed_samples"] > 0).all()
+    # a method the timing stage did not time cannot get a paired speedup
+    with pytest.raises(ValueError, match="no timing for toy/code/dominated"):
+        summary_table(campaign_scores, "ref", timing=timing[timing["method"] != "dominated"])
+
+
+def test_points_within_error_of_the_front_are_marked():
+    from dlmpipe.analysis.summary import front_flags
+
+    table = pd.DataFrame({
+        "backbone": "b", "task": "t", "method": ["ref", "fast", "mid", "near", "far", "ref-twin"],
+        "quality": [0.80, 0.50, 0.75, 0.70, 0.30, 0.78], "quality_se": [0.05, 0.05, 0.05, 0.06, 0.05, 0.05],
+        "speedup": [1.0, 3.0, 2.0, 1.8, 1.5, 0.98],
+        "speedup_ci_low": [1.0, 2.8, 1.9, 1.7, 1.4, 0.9],
+        "speedup_ci_high": [1.0, 3.2, 2.1, 2.2, 1.6, 1.05]})
+    flags = front_flags(table).set_index("method")
+    assert flags["pareto"].to_dict() == {"ref": True, "fast": True, "mid": True, "near": False,
+                                         "far": False, "ref-twin": False}
+    # near (dominated by mid): its bars reach (0.76, 2.2), which no front point beats;
+    # far: (0.35, 1.6) is beaten by fast (0.5, 3.0); ref-twin: reaches (0.83, 1.05), past ref
+    assert flags["overlaps_front"].to_dict() == {"ref": False, "fast": False, "mid": False,
+                                                 "near": True, "far": False, "ref-twin": True}
+
+
+def test_plot_labels_never_overlap_and_the_front_uses_the_estimates(tmp_path):
+    """A crowded plot (exact settings on top of their reference, a sweep side by side): every
+    point gets its number, no two labels overlap each other or any marker in the saved figure,
+    and the drawn front is the staircase through the Pareto-optimal point estimates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from dlmpipe.analysis.plots import pareto_figure
+    from dlmpipe.analysis.summary import front_flags, quality_uncertainty
+
+    methods = ["ref", "saber", "archer-k1", "archer-k2", "archer-k4", "archer-k8", "archer-kinf",
+               "spa-a", "spa-b", "spa-c", "parallel", "dkv", "dllm"]
+    quality = [0.80, 0.82, 0.82, 0.82, 0.81, 0.80, 0.70, 0.80, 0.79, 0.55, 0.40, 0.78, 0.80]
+    speedup = [1.00, 1.07, 1.06, 1.30, 1.50, 1.60, 2.20, 1.21, 1.20, 1.22, 3.00, 1.19, 1.20]
+    part = front_flags(quality_uncertainty(pd.DataFrame({
+        "backbone": "toy", "task": "t", "method": methods, "quality": quality, "n": 40,
+        "speedup": speedup, "speedup_ci_low": [s * 0.95 for s in speedup],
+        "speedup_ci_high": [s * 1.05 for s in speedup], "reference": "ref"})))
+    fig, ax, texts = pareto_figure(part, "toy", "t")
+    fig.savefig(tmp_path / "p.png", dpi=150)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert sorted(int(t.get_text()) for t in texts) == list(range(1, len(methods) + 1))
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+        for x, y in zip(speedup, quality):
+            px, py = ax.transData.transform((x, y))
+            assert not a.contains(px, py), "a label covers a point"
+    # the front line: Pareto-optimal point estimates only, sorted by speedup
+    line = [ln for ln in ax.get_lines() if ln.get_label().startswith("Pareto front")][0]
+    on = part[part["pareto"]].sort_values("speedup")
+    assert list(line.get_xdata()) == on["speedup"].tolist()
+    assert list(line.get_ydata()) == on["quality"].tolist()
+    assert set(part.loc[part["overlaps_front"], "method"]) >= {"ref", "archer-k1"}

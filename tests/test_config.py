@@ -156,14 +156,15 @@ def test_rules_read_the_config_the_one_pass_filled(tmp_path, snakemake, tiny_con
 
 def test_default_campaign_expands_readable_names():
     c = load_campaign([REPO / "config.yaml"])
-    assert list(c.methods) == ["llada-confidence", "saber", "archer-k1", "archer-k2", "archer-k4",
-                               "archer-k8", "archer-kinf", "fast-dllm-prefix", "fast-dllm-dual",
-                               "fast-dllm-parallel", "fast-dllm-dual-parallel", "dkv-decode",
-                               "dkv-greedy", "spa-r32-adaptive", "spa-r128-adaptive",
-                               "spa-r128-uniform", "spa-r128-adaptive-p0.5",
-                               "spa-r128-adaptive-parallel", "dllm-cache-kp50-kr7"]
+    assert list(c.methods) == ["llada-confidence", "saber", "archer-k1", "archer-k4", "archer-kinf",
+                               "fast-dllm-dual", "fast-dllm-parallel", "parallel-t0.3",
+                               "dkv-decode", "dkv-greedy", "spa-r128-adaptive-p0.25",
+                               "spa-r128-adaptive-p0.5", "dllm-cache-kp50-kr7"]
     assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
-    assert c.method("archer-k8", "toy_code", "toy") == {**c.methods["archer-k8"], "gen_length": 16}
+    assert c.method("archer-k4", "toy_code", "toy") == {**c.methods["archer-k4"], "gen_length": 32}
+    # every method family of the engine is in the front door
+    assert {m["cache"]["name"] for m in c.methods.values()} == set(registry.CACHES)
+    assert {m["sampler"]["name"] for m in c.methods.values()} >= set(registry.SAMPLERS) - {"factor", "dream"}
     assert "gen_length" not in c.task_options("toy_code")
 
 

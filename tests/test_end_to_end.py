@@ -25,6 +25,24 @@ def test_tiny_campaign_end_to_end(tmp_path, snakemake):
     assert summary["quality"].between(0, 1).all() and (summary["mean_nfe"] > 0).all()
     ref = summary[summary["method"] == "llada-confidence"]
     assert (ref["speedup"] == 1.0).all()
+    assert (ref["speedup_ci_low"] == 1.0).all() and (ref["speedup_ci_high"] == 1.0).all()
+    assert (summary["speedup_ci_low"] <= summary["speedup"]).all()
+    assert (summary["speedup"] <= summary["speedup_ci_high"]).all()
+    assert (summary["quality_ci_low"] <= summary["quality"]).all()
+
+    # the timing stage: every method on the same samples, each repeat; the timed decodes are
+    # the scored ones (same token ids as the generate jobs)
+    samples = min(campaign.config["timing"]["samples"], 3)
+    repeats = campaign.config["timing"]["repeats"]
+    for task in campaign.tasks:
+        timing = pd.read_parquet(results / "timing" / "toy" / f"{task}.parquet")
+        assert len(timing) == len(campaign.methods) * samples * repeats
+        assert set(timing.groupby("method")["sample_index"].nunique()) == {samples}
+        for method in campaign.methods:
+            gen = pd.read_parquet(results / "generations" / "toy" / task / f"{method}.parquet")
+            timed = timing[timing["method"] == method]
+            for row in timed.itertuples():
+                assert list(row.token_ids) == list(gen.loc[row.sample_index, "token_ids"])
     assert summary.groupby(["backbone", "task"])["pareto"].any().all()
     assert pq.read_table(results / "summary.parquet").num_rows == len(summary)
 

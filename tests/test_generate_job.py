@@ -41,6 +41,13 @@ def _cmd(root: Path, out: Path, method=METHOD) -> list[str]:
             "--seed", "3", "--device", "cpu", "--config-hash", "abc"]
 
 
+def test_generated_length_counts_the_tokens_before_the_first_stop_or_pad():
+    # (the briefly trained session toy rarely stops early: the cut is checked here by hand)
+    assert cut_at_stop([5, 6, 2, 7, 2], stop_ids=[2]) == [5, 6]
+    assert cut_at_stop([5, 6, 7], stop_ids=[2]) == [5, 6, 7]
+    assert cut_at_stop([9, 5, 3], stop_ids=[2, 9]) == []
+
+
 def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
     root, env = job_inputs
     out = root / "ref.parquet"
@@ -57,12 +64,12 @@ def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
         assert json.loads(r["params"])["sampler"]["block_length"] == 16
         assert r["method"] == "llada-confidence" and r["task_id"] == f"toy_code/{r['sample_index']}"
         # measurements: tokens before the first stop/pad, TPS x time = that length, TTFT inside
-        assert r["generated_length"] == len(cut_at_stop(r["token_ids"], stops))
+        first_stop = next((i for i, t in enumerate(r["token_ids"]) if t in stops), len(r["token_ids"]))
+        assert r["generated_length"] == first_stop
         assert r["tps"] * r["time_s"] == pytest.approx(r["generated_length"])
         assert 0 < r["ttft_s"] <= r["time_s"]
         prompt = encode_prompt(loaded, tasks[r["sample_index"]], chat=False)
         assert r["prompt_length"] == len(prompt) > 0
-    assert any(r["generated_length"] < 32 for r in rows), "some sample should stop early"
     prov = json.loads(out.with_suffix(".provenance.json").read_text())
     assert prov["seed"] == 3 and prov["config_hash"] == "abc" and prov["torch"]
     assert "git_revision" in prov and prov["method"] == METHOD and prov["compile"] == "none"

@@ -158,8 +158,9 @@ def test_score_generations_toy(tmp_path):
     code_rows = load_task("toy_code", n=6, seed=3)
     task_file = tmp_path / "toy_code.parquet"
     write_task_table(code_rows, task_file)
-    completions = [r["answer"] if i % 2 == 0 else "x + 1000" for i, r in enumerate(code_rows)]
-    completions[1] = "x +"  # a syntax error is a failure, not a crash
+    # the completion continues `return [`: odd samples return a wrong list
+    completions = [r["answer"] if i % 2 == 0 else "1000]" for i, r in enumerate(code_rows)]
+    completions[1] = "1, 2"  # a syntax error (no closing bracket) is a failure, not a crash
     gen = tmp_path / "gen.parquet"
     _generations(code_rows, completions, gen)
     out = tmp_path / "scores" / "toy" / "toy_code" / "m.parquet"
@@ -207,7 +208,7 @@ def test_killed_scoring_job_leaves_no_output_and_reruns(tmp_path):
     task_file = tmp_path / "t.parquet"
     write_task_table(rows, task_file)
     gen = tmp_path / "gen.parquet"
-    _generations(rows, ["x\nimport time\ntime.sleep(30)"] * 4, gen)
+    _generations(rows, ["]\nimport time\ntime.sleep(30)"] * 4, gen)
     out = tmp_path / "s.parquet"
     args = [sys.executable, "-m", "dlmpipe", "score", "--generations", str(gen), "--task-file",
             str(task_file), "--out", str(out), "--workers", "2"]

@@ -18,11 +18,12 @@ def test_campaign_sweeps_name_each_points_values():
                                  "cache": {"name": "dllm_cache"},
                                  "sweep": {"cache.K_r": [4, 8], "cache.rho": [0.1, 0.25]}}
     sweeps = Campaign(config).sweeps()
-    # swept bases with two or more points only (spa-uniform etc. are single methods)
+    # swept bases with two or more points only (fast-dllm-dual etc. are single methods)
     assert list(sweeps) == ["archer", "spa", "grid"]
     assert sweeps["archer"] == {"keys": ["cache.K"], "points": {
-        "archer-k1": [1], "archer-k2": [2], "archer-k4": [4], "archer-k8": [8], "archer-kinf": ["inf"]}}
-    assert sweeps["spa"]["points"] == {"spa-r32-adaptive": [32], "spa-r128-adaptive": [128]}
+        "archer-k1": [1], "archer-k4": [4], "archer-kinf": ["inf"]}}
+    assert sweeps["spa"] == {"keys": ["cache.rho_p"], "points": {
+        "spa-r128-adaptive-p0.25": [0.25], "spa-r128-adaptive-p0.5": [0.5]}}
     assert sweeps["grid"]["keys"] == ["cache.K_r", "cache.rho"]
     assert sweeps["grid"]["points"]["grid-k_r8-rho0.1"] == [8, 0.1]
 

@@ -71,7 +71,8 @@ def expected_counts(campaign) -> dict[str, int]:
     b, t, m = len(campaign.backbones), len(campaign.tasks), len(campaign.methods)
     counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
               "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
-              "plot": 1, "plot_sweeps": 1, "all": 1}
+              "plot": 1, "plot_sweeps": 1, "all": 1,
+              "time_methods": b * t}  # every method timed together, per (backbone, task)
     if campaign.config["tables"]:
         counts["tables"] = 1  # every paper table of the campaign, one local job
     # one SVD per backbone that an SPA method (singular proxy) decodes or a drift profile reads

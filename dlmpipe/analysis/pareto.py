@@ -21,3 +21,14 @@ def front_steps(quality: Sequence[float], speedup: Sequence[float]) -> tuple[lis
     on = [(s, q) for q, s, f in zip(quality, speedup, pareto_mask(quality, speedup)) if f]
     on.sort(key=lambda p: (p[0], -p[1]))
     return [s for s, _ in on], [q for _, q in on]
+
+
+def reaches_front(quality: Sequence[float], speedup: Sequence[float],
+                  quality_high: Sequence[float], speedup_high: Sequence[float]) -> list[bool]:
+    """True for every point whose optimistic corner (``quality_high``, ``speedup_high``: the
+    upper ends of its error bars) no point of the front (on the point estimates) dominates:
+    within its uncertainty the point could be on the front. Front points are True."""
+    on = pareto_mask(quality, speedup)
+    front = [p for p, f in zip(zip(quality, speedup), on) if f]
+    return [not any(dominates(p, corner) for p in front)
+            for corner in zip(quality_high, speedup_high)]

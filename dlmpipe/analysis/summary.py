@@ -1,7 +1,11 @@
 """The summary table: one row per (backbone, task, method), columns per docs/ARCHITECTURE.md.
 
 Speedup is measured against a named reference method on the same backbone and task (the
-papers' convention); the Pareto flag is computed within each (backbone, task).
+papers' convention): from the timing stage's paired, interleaved measurements when they are
+given (median per-sample ratio with a bootstrap interval, ``speedup.py``), else as the ratio of
+the generate jobs' mean times (no interval). Quality carries its binomial standard error and a
+95% Wilson interval. The Pareto flag is computed within each (backbone, task) on the point
+estimates; ``overlaps_front`` marks the other methods whose error bars reach the front.
 """
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ import pandas as pd
 
 from ..io import atomic_write
 from .isolation import isolation_levels
-from .pareto import pareto_mask
+from .pareto import pareto_mask, reaches_front
+from .speedup import paired_speedups
 
 KEYS = ["backbone", "task", "method"]
 Z95 = 1.959963984540054  # standard normal quantile of 0.975
@@ -22,8 +27,8 @@ SUMMARY_COLUMNS = KEYS + ["quality", "quality_se", "quality_ci_low", "quality_ci
                           "mean_time_s", "mean_tps", "mean_ttft_s",
                           "mean_generated_length", "mean_nfe", "mean_steps",
                           "mean_refreshes", "cached_fraction", "mean_recompute_fraction",
-                          "mean_revisions", "speedup",
-                          "reference", "pareto"]
+                          "mean_revisions", "speedup", "speedup_ci_low", "speedup_ci_high",
+                          "timed_samples", "reference", "pareto", "overlaps_front"]
 # per-sample measurements of the generate job (docs/METHODS.md §3); scores written before they
 # existed lack them, and their means are then empty
 MEASUREMENTS = {"tps": "mean_tps", "ttft_s": "mean_ttft_s", "generated_length": "mean_generated_length"}
@@ -85,10 +90,55 @@ def measurement_means(scores: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({mean: g[c].mean() for c, mean in MEASUREMENTS.items()}).reset_index()
 
 
-def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] = ()) -> pd.DataFrame:
+def timed_speedups(table: pd.DataFrame, timing: pd.DataFrame, reference: str,
+                   also_against: list[str] = (), seed: int = 0) -> pd.DataFrame:
+    """Speedup columns from the timing stage: ``speedup`` (+ ``_ci_low``/``_ci_high``) over
+    the reference and ``speedup_vs_<other>`` (+ interval) for each of ``also_against``; every
+    summarized method must have been timed."""
+    timed = timing[["backbone", "task", "method"]].drop_duplicates()
+    lacking = table[KEYS].merge(timed, on=KEYS, how="left", indicator=True)
+    lacking = lacking[lacking["_merge"] == "left_only"]
+    if len(lacking):
+        names = ", ".join("/".join(r) for r in lacking[KEYS].itertuples(index=False))
+        raise ValueError(f"no timing for {names}; the timing stage must time every method")
+    for other, col in [(reference, "speedup"), *((o, f"speedup_vs_{o}") for o in also_against)]:
+        # the reference is needed everywhere; another method only where it was timed
+        paired = paired_speedups(timing, other, seed=seed, required=other == reference).rename(columns={
+            "speedup": col, "ci_low": f"{col}_ci_low", "ci_high": f"{col}_ci_high",
+            "samples": "timed_samples"})
+        if other != reference:
+            paired = paired.drop(columns="timed_samples")
+        table = table.drop(columns=[c for c in (col, f"{col}_ci_low", f"{col}_ci_high")
+                                    if c in table.columns])
+        table = table.merge(paired, on=KEYS, how="left")
+    return table
+
+
+def front_flags(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (backbone, task): ``pareto`` on (quality, speedup) point estimates, and
+    ``overlaps_front`` for the methods off the front whose error bars (quality + SE, the upper
+    end of the speedup interval) reach it."""
+    table = table.assign(pareto=False, overlaps_front=False)
+    for _, idx in table.groupby(["backbone", "task"], sort=False).groups.items():
+        part = table.loc[idx]
+        on = pareto_mask(part["quality"].tolist(), part["speedup"].tolist())
+        q_hi = (part["quality"] + part["quality_se"]).tolist()
+        s_hi = part["speedup_ci_high"].fillna(part["speedup"]).tolist()
+        near = reaches_front(part["quality"].tolist(), part["speedup"].tolist(), q_hi, s_hi)
+        table.loc[idx, "pareto"] = on
+        table.loc[idx, "overlaps_front"] = [n and not o for n, o in zip(near, on)]
+    table["pareto"] = table["pareto"].astype(bool)
+    table["overlaps_front"] = table["overlaps_front"].astype(bool)
+    return table
+
+
+def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] = (),
+                  timing: pd.DataFrame | None = None, seed: int = 0) -> pd.DataFrame:
     """Aggregate per-sample scores; raise when a (backbone, task) lacks the reference method.
 
     ``also_against`` adds ``speedup_vs_<method>`` columns (empty where that method is absent).
+    With ``timing`` (the timing stage's measurements) every speedup column is the paired median
+    ratio with its bootstrap interval (seeded by ``seed``); without it, a ratio of mean times.
     """
     scores = scores.assign(recompute_fraction=scores["stats"].map(recompute_fraction)
                            if "stats" in scores.columns else math.nan)
@@ -128,21 +178,22 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
         if (values := per_group(scores)) is not None:
             table = table.merge(values.rename(column).reset_index(), on=KEYS, how="left")
             extra.append(column)
-    for other in also_against:
-        col = f"speedup_vs_{other}"
-        times = table.loc[table["method"] == other, ["backbone", "task", "mean_time_s"]]
-        table = table.merge(times.rename(columns={"mean_time_s": "other_time_s"}),
-                            on=["backbone", "task"], how="left")
-        table[col] = table["other_time_s"] / table["mean_time_s"]
-        table = table.drop(columns="other_time_s")
-        extra.append(col)
-    table["pareto"] = False
-    for _, idx in table.groupby(["backbone", "task"], sort=False).groups.items():
-        part = table.loc[idx]
-        table.loc[idx, "pareto"] = pareto_mask(part["quality"].tolist(), part["speedup"].tolist())
-    table = quality_uncertainty(table)
+    if timing is not None:
+        table = timed_speedups(table, timing, reference, also_against, seed)
+        extra += [f"speedup_vs_{o}{end}" for o in also_against for end in ("", "_ci_low", "_ci_high")]
+    else:
+        table = table.assign(speedup_ci_low=math.nan, speedup_ci_high=math.nan, timed_samples=0)
+        for other in also_against:
+            col = f"speedup_vs_{other}"
+            times = table.loc[table["method"] == other, ["backbone", "task", "mean_time_s"]]
+            table = table.merge(times.rename(columns={"mean_time_s": "other_time_s"}),
+                                on=["backbone", "task"], how="left")
+            table[col] = table["other_time_s"] / table["mean_time_s"]
+            table = table.drop(columns="other_time_s")
+            extra.append(col)
+    table = front_flags(quality_uncertainty(table))
     table["n"] = table["n"].astype("int64")
-    table["pareto"] = table["pareto"].astype(bool)
+    table["timed_samples"] = table["timed_samples"].fillna(0).astype("int64")
     return table[SUMMARY_COLUMNS + extra].sort_values(KEYS[:2], kind="stable").reset_index(drop=True)
 
 
@@ -174,8 +225,11 @@ def verdicts_by_rule(scores: pd.DataFrame) -> pd.Series | None:
 
 
 def summarize(scores: list[str], reference: str, out_parquet: str, out_csv: str,
-              also_against: list[str] = ()) -> pd.DataFrame:
-    table = summary_table(read_scores(scores), reference, also_against)
+              also_against: list[str] = (), timing: list[str] = (), seed: int = 0) -> pd.DataFrame:
+    from .speedup import read_timing
+
+    table = summary_table(read_scores(scores), reference, also_against,
+                          read_timing(timing) if timing else None, seed)
     atomic_write(out_parquet, lambda p: table.to_parquet(p, index=False))
     atomic_write(out_csv, lambda p: table.to_csv(p, index=False, float_format="%.6g"))
     return table

@@ -1,70 +1,69 @@
 """Synthetic tasks with checkable answers, for the toy backbone and the CPU default campaign.
 
-Prompts are long relative to answers (P/G of about 5 at gen length 16) so prompt caching has
-something to save. The same generators feed the toy trainer and the task preparation; the
-trainer and the evaluation sets use disjoint seeds.
+Both tasks are counting chains: a row of 14 digits with blanks (``_``), where each blank is the
+number before it plus (toy_arith) or minus (toy_code) one, wrapping around. A blank's value
+depends on the value decoded just before it, so a small model gets a blank right once its left
+neighbour is decoded and fresh in the logits, and is unsure of it before (it would have to
+count the run of blanks in one pass). How a response is decoded therefore matters, as it does
+on real models: one confident token at a time over fresh logits gets the chain right; decoding
+many tokens from one set of logits, or keeping rows' cached states after a neighbour changed,
+breaks it.
 
-- ``toy_code``: write a one-line Python function from an English spec; scored by executing the
-  program against hidden tests in the sandbox.
-- ``toy_arith``: questions over a list of facts (largest/smallest value, look up a variable,
-  add two); scored by exact match.
+The layout is what makes this learnable in a few CPU minutes by a ~1M-parameter model: single
+digits at a stride of two characters, the pattern right before the answer, and the same
+distance from each pattern item to its answer item in both tasks (one positional copy circuit
+serves both). Constant text in the prompt is kept short: every constant character dilutes the
+attention the copy circuit starts from and slows its learning several-fold. The same generators
+feed the toy trainer and the task preparation; the trainer and the evaluation sets use
+disjoint seeds.
 
-Difficulty is graded so a ~1M-parameter model trained for a few CPU minutes lands in between:
-answers that need only *which* symbols occur in the prompt (one-constant specs, largest and
-smallest value) are learned first; answers that need *where* they occur (two-constant specs,
-look-ups, sums) come later. Caching then moves accuracy measurably, as on real models.
+- ``toy_code``: ``f()`` returns the chain counting down as a Python list literal, continuing
+  ``return [``; scored by executing the program against a hidden test in the sandbox (a wrong
+  item, a missing comma or a missing closing bracket fails).
+- ``toy_arith``: the chain counting up, digits separated by spaces; scored by exact match.
 """
 from __future__ import annotations
 
 import random
 
-HEADER = "# Complete the function to match its spec.\n"
 FUNCTION_NAMES = ["f", "g", "h", "k", "m", "p"]
-VARIABLES = list("abcdefg")
+BLANK = "_"
+CODE_BLANKS = 0.6    # share of blanks after the first item: runs of 2-4 blanks are common
+ARITH_BLANKS = 0.8   # longer runs (often 5-10): longer dependency chains
+ITEMS = 14         # answer 27 characters: fits gen_length 32 with the closing bracket
 
 
-def _spec(rng: random.Random) -> tuple[str, str]:
-    a, b = rng.randint(2, 9), rng.randint(1, 9)
-    kind = rng.randrange(5)
-    if kind == 0:
-        return f"adds {b} to x", f"x + {b}"
-    if kind == 1:
-        return f"subtracts {b} from x", f"x - {b}"
-    if kind == 2:
-        return f"multiplies x by {a}", f"x * {a}"
-    if kind == 3:
-        return f"multiplies x by {a} and then adds {b}", f"x * {a} + {b}"
-    return f"multiplies x by {a} and then subtracts {b}", f"x * {a} - {b}"
+def counting_chain(rng: random.Random, items: int, step: int,
+                   blanks: float) -> tuple[list[str], list[int]]:
+    """A pattern (digits and blanks, the first always a digit, each later item a blank with
+    probability ``blanks``) and its filled values: each blank is the value before it plus
+    ``step``, mod 10."""
+    pattern, values = [], []
+    for i in range(items):
+        if i and rng.random() < blanks:
+            pattern.append(BLANK)
+            values.append((values[-1] + step) % 10)
+        else:
+            d = rng.randrange(10)
+            pattern.append(str(d))
+            values.append(d)
+    return pattern, values
 
 
 def toy_code_example(rng: random.Random) -> dict:
     name = rng.choice(FUNCTION_NAMES)
-    spec, expr = _spec(rng)
-    prompt = (f"{HEADER}# Write {name}(x): it {spec}.\n"
-              f"def {name}(x):\n    return ")
-    xs = [rng.randint(-20, 20) for _ in range(4)] + [0, 11]
-    test = "\n".join(f"assert {name}({x}) == {eval(expr, {'x': x})}" for x in xs)  # noqa: S307
-    return {"prompt": prompt, "answer": expr, "entry_point": name,
-            "test": test, "kind": "code"}
+    pattern, values = counting_chain(rng, ITEMS, step=-1, blanks=CODE_BLANKS)
+    prompt = f"def {name}():\n   # count down: {','.join(pattern)}\n   return ["
+    answer = ",".join(map(str, values)) + "]"
+    return {"prompt": prompt, "answer": answer, "entry_point": name,
+            "test": f"assert {name}() == [{answer}", "kind": "code"}
 
 
 def toy_arith_example(rng: random.Random) -> dict:
-    names = VARIABLES
-    values = {n: rng.randint(0, 9) for n in names}
-    facts = ", ".join(f"{n}={v}" for n, v in values.items())
-    kind = rng.randrange(4)
-    if kind == 0:
-        question, answer = "What is the largest value?", str(max(values.values()))
-    elif kind == 1:
-        question, answer = "What is the smallest value?", str(min(values.values()))
-    elif kind == 2:
-        q = rng.choice(names)
-        question, answer = f"What is {q}?", str(values[q])
-    else:
-        p, q = rng.sample(names, 2)
-        question, answer = f"What is {p}+{q}?", str(values[p] + values[q])
-    prompt = f"Facts: {facts}.\nQuestion: {question}\nAnswer: "
-    return {"prompt": prompt, "answer": answer, "entry_point": "", "test": "", "kind": "exact"}
+    pattern, values = counting_chain(rng, ITEMS, step=1, blanks=ARITH_BLANKS)
+    prompt = f"count up: {' '.join(pattern)}\nfilled in: "
+    return {"prompt": prompt, "answer": " ".join(map(str, values)), "entry_point": "", "test": "",
+            "kind": "exact"}
 
 
 GENERATORS = {"toy_code": toy_code_example, "toy_arith": toy_arith_example}

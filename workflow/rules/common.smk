@@ -92,7 +92,8 @@ def generate_threads(wildcards=None):
 
 
 def model_job_resources():
-    """Resources of every job that runs the model (generate, the analyses' probe jobs)."""
+    """Resources of every job that runs the model (generate, time_methods, the analyses' probe
+    jobs; profiles/slurm sends these rules to the GPU partition)."""
     return dict(
         gpu=generate_gpus(),
         mem_mb=RESOURCES["generate"]["mem_mb"],
@@ -133,6 +134,29 @@ def proxies_input(wildcards):
         return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
     return []
 
+
+def timing_params(wildcards):
+    """Everything a timing job's result depends on: every method as its generate job on this
+    backbone and task decodes it (in campaign order: the interleaving order), seed, device,
+    compile, samples and repeats."""
+    return {
+        "methods": [CAMPAIGN.method(m, wildcards.task, wildcards.backbone) for m in CAMPAIGN.methods],
+        "seed": config["seed"],
+        "device": config["device"],
+        "compile": config["compile"],
+        **config["timing"],
+    }
+
+
+def all_timing(wildcards=None):
+    return [f"{R}/timing/{b}/{t}.parquet" for b in CAMPAIGN.backbones for t in CAMPAIGN.tasks]
+
+
+def timing_proxies_input(wildcards):
+    """The backbone's proxies file when any method of the campaign reads it on this task."""
+    if any(CAMPAIGN.needs_proxies(m, wildcards.backbone, wildcards.task) for m in CAMPAIGN.methods):
+        return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
+    return []
 
 # ---- analyses (analyses.smk; docs/ANALYSES.md) ------------------------------------------------
 ANALYSES = f"{R}/analyses"

@@ -3,9 +3,11 @@
 
 
 rule summarize:
-    """One row per (backbone, task, method): quality, cost, speedup vs the reference, Pareto flag."""
+    """One row per (backbone, task, method): quality with its uncertainty, cost, paired speedups
+    with intervals (timing stage), Pareto flags."""
     input:
-        all_scores,
+        scores=all_scores,
+        timing=all_timing,  # paired, interleaved timing per (backbone, task): the speedups
     output:
         parquet=f"{R}/summary.parquet",
         csv=report(
@@ -23,13 +25,14 @@ rule summarize:
     params:
         reference=config["reference_method"],
         also_against=" ".join(config["also_speedup_against"]),
+        seed=config["seed"],  # of the bootstrap intervals
     log:
         f"{R}/logs/summarize.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlmpipe summarize --scores {input} --reference {params.reference}"
-        " --also-against {params.also_against}"
+        "python -m dlmpipe summarize --scores {input.scores} --timing {input.timing}"
+        " --reference {params.reference} --also-against {params.also_against} --seed {params.seed}"
         " --out-parquet {output.parquet} --out-csv {output.csv}"
         " --out-isolation {output.isolation} > {log} 2>&1"
 

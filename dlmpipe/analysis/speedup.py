@@ -1,0 +1,82 @@
+"""Paired speedups from the timing stage (``dlmpipe.timing``): median ratio, bootstrap interval.
+
+A method's speedup over a reference is summarized from per-sample ratios on the same samples,
+timed interleaved in one process: ratio_i = t_ref(i) / t_method(i), each time the median over
+the repeats of that (method, sample). The speedup is the median ratio over samples; its 95%
+interval is the percentile bootstrap of that median, resampling samples (seeded, so the
+summary is reproducible). Pairing removes what samples share (prompt length, how many steps the
+answer needs, the machine's state at that moment) from the comparison.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+GROUP = ["backbone", "task"]
+TIMING_NEEDED = GROUP + ["method", "sample_index", "repeat", "time_s"]
+
+
+def per_sample_times(timing: pd.DataFrame) -> pd.DataFrame:
+    """Median time over repeats per (backbone, task, method, sample): one column per method."""
+    missing = [c for c in TIMING_NEEDED if c not in timing.columns]
+    if missing:
+        raise ValueError(f"timing table lacks column(s) {', '.join(missing)}")
+    med = timing.groupby(GROUP + ["method", "sample_index"], sort=False)["time_s"].median()
+    return med.unstack("method")
+
+
+def bootstrap_median_interval(ratios: np.ndarray, seed: int = 0, resamples: int = 4000,
+                              level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median of ``ratios``, resampling its entries."""
+    ratios = np.asarray(ratios, dtype=float)
+    if ratios.size == 0:
+        return (float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    medians = np.median(ratios[rng.integers(0, ratios.size, (resamples, ratios.size))], axis=1)
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(medians, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def paired_speedups(timing: pd.DataFrame, against: str, seed: int = 0, resamples: int = 4000,
+                    level: float = 0.95, required: bool = True) -> pd.DataFrame:
+    """One row per (backbone, task, method): ``speedup`` (median over samples of t_against /
+    t_method), ``ci_low``, ``ci_high`` and ``samples`` (the paired samples). Raises when a
+    method misses a timed sample, and when a (backbone, task) was timed without ``against``
+    unless not ``required`` (then that pair has no rows)."""
+    rows = []
+    for (backbone, task), times in per_sample_times(timing).groupby(level=GROUP, sort=False):
+        times = times.dropna(axis=1, how="all")
+        if against not in times.columns:
+            if not required:
+                continue
+            raise ValueError(f"timing of {backbone}/{task} has no method {against!r} to measure "
+                             f"speedups against (timed: {', '.join(times.columns)})")
+        incomplete = [m for m in times.columns if times[m].isna().any()]
+        if incomplete:
+            raise ValueError(f"timing of {backbone}/{task}: method(s) {', '.join(incomplete)} "
+                             "lack some of the timed samples; speedups must be paired")
+        for method in times.columns:
+            ratios = (times[against] / times[method]).to_numpy()
+            lo, hi = bootstrap_median_interval(ratios, seed, resamples, level)
+            rows.append({"backbone": backbone, "task": task, "method": method,
+                         "speedup": float(np.median(ratios)), "ci_low": lo, "ci_high": hi,
+                         "samples": int(ratios.size)})
+    return pd.DataFrame(rows, columns=GROUP + ["method", "speedup", "ci_low", "ci_high", "samples"])
+
+
+def read_timing(paths) -> pd.DataFrame:
+    """The timing files of a campaign, one table; a (backbone, task, method, sample, repeat)
+    measured twice is an error (two files for one pair)."""
+    frames = [pd.read_parquet(p, columns=None) for p in paths]
+    if not frames:
+        raise ValueError("no timing files given")
+    timing = pd.concat(frames, ignore_index=True)
+    key = GROUP + ["method", "sample_index", "repeat"]
+    missing = [c for c in TIMING_NEEDED if c not in timing.columns]
+    if missing:
+        raise ValueError(f"timing table lacks column(s) {', '.join(missing)}")
+    dup = timing.duplicated(key)
+    if dup.any():
+        raise ValueError(f"timed twice: {timing.loc[dup, key].iloc[0].tolist()}")
+    return timing
