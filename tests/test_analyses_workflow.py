@@ -16,8 +16,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign, ConfigError
 
-from .test_workflow_dag import REPORT_JOBS, timing_jobs
-from .workflow import CONFIGS, REPO, fake_finished_run, scheduled
+from .workflow import CONFIGS, REPO, REPORT_JOBS, fake_finished_run, scheduled, timing_jobs
 
 TINY = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
 TARGET = ("toy", "toy_code", "archer-kinf")

@@ -156,15 +156,18 @@ def test_config_rejects_dkv_with_saber_naming_the_key(tiny_config):
         "current block; sampler 'saber' reads every response row (visible ones too) at every step"]
 
 
-def test_new_methods_are_in_the_default_campaign_with_valid_blocks():
+def test_the_default_campaign_keeps_every_cache_and_the_baselines_with_valid_blocks():
+    from dlmpipe import registry
     from dlmpipe.campaign import load_campaign
 
     from .workflow import REPO
 
-    c = load_campaign([REPO / "config.yaml"])
-    for name in ("fast-dllm-prefix", "fast-dllm-dual", "fast-dllm-parallel",
-                 "fast-dllm-dual-parallel", "dkv-decode", "dkv-greedy", "llada-confidence"):
+    c = load_campaign([REPO / "config.yaml"])  # validation checks blocks tile gen_length
+    # every cache family in the default campaign (issue: dropping methods keeps every family)
+    assert {m["cache"]["name"] for m in c.methods.values()} == set(registry.CACHES)
+    for name in ("fast-dllm-dual", "fast-dllm-parallel", "dkv-decode", "dkv-greedy", "llada-confidence"):
         assert name in c.methods
     assert c.methods["fast-dllm-parallel"]["sampler"]["tau"] == 0.9
     assert c.methods["fast-dllm-parallel"]["cache"]["name"] == "fast_dllm_prefix"
+    assert c.methods["fast-dllm-dual"]["cache"]["name"] == "fast_dllm_dual"
     assert c.methods["dkv-greedy"]["sampler"]["name"] == "random_order"

@@ -16,7 +16,7 @@ from dlmpipe.backbones.identity import BackboneIdentity, checkpoint_identity
 from dlmpipe.campaign import Campaign, ConfigError
 
 from .checkpoints import make_tiny_checkpoint
-from .workflow import fake_finished_run, scheduled
+from .workflow import REPORT_JOBS, decoding_jobs, fake_finished_run, scheduled, timing_jobs
 
 
 # ---- profile: auto ---------------------------------------------------------------------------
@@ -153,11 +153,9 @@ def test_changing_an_override_reruns_exactly_its_jobs(tmp_path, snakemake, write
 
     with ThreadPoolExecutor(max_workers=len(changes)) as pool:
         got = dict(zip(changes, pool.map(rerun, changes)))
-    report = {("summarize", None, None, None), ("plot", None, None, None),
-              ("plot_sweeps", None, None, None), ("tables", None, None, None)}
-    decode = {"generate", "score"}
-    jobs = lambda backbones, tasks: {(r, b, t, "archer") for r in decode  # noqa: E731
-                                     for b in backbones for t in tasks} | report
+    # the timing stage times every method of a (backbone, task) together: those are re-timed
+    jobs = lambda backbones, tasks: (decoding_jobs(backbones, tasks, ["archer"])  # noqa: E731
+                                     | timing_jobs(backbones, tasks) | REPORT_JOBS)
     assert got["dream-K"] == jobs(["dream"], ["toy_arith", "toy_code"])
     assert got["pair-K"] == jobs(["llada"], ["toy_code"])
     assert got["task-mu"] == jobs(["llada", "dream"], ["toy_arith"])

@@ -23,7 +23,8 @@ import yaml
 from dlmpipe.campaign import Campaign
 from dlmpipe.shards import merge_shards, shard_range
 
-from .workflow import CONFIGS, REPO, expected_counts, fake_finished_run, job_counts, scheduled
+from .workflow import (CONFIGS, REPO, REPORT_JOBS, expected_counts, fake_finished_run, job_counts, scheduled,
+                       timing_jobs)
 
 # ---- the merge ----------------------------------------------------------------------------------
 ROW_SCHEMA = pa.schema([("sample_index", pa.int64()), ("task_id", pa.string()),
@@ -187,7 +188,7 @@ def test_sharded_reruns_follow_the_config(tmp_path, snakemake, tiny_config, writ
     tasks = ("toy_code", "toy_arith")
     want = {(rule, "toy", t, "llada-confidence") for t in tasks
             for rule in ("generate", "merge_generations", "score")}
-    assert jobs == want | {(rule, None, None, None) for rule in ("summarize", "plot", "plot_sweeps", "tables")}
+    assert jobs == want | timing_jobs(["toy"], tasks) | REPORT_JOBS
 
     # another shard layout decodes again (its files are other files)
     changed = {**tiny_config, "shards": 3}

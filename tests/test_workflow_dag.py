@@ -16,22 +16,8 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .workflow import CONFIGS, REPO, expected_counts, job_blocks, job_counts, scheduled
-
-
-def decoding_jobs(backbones, tasks, methods) -> set[tuple]:
-    return {(rule, b, t, m) for rule in ("generate", "score")
-            for b in backbones for t in tasks for m in methods}
-
-
-def timing_jobs(backbones, tasks) -> set[tuple]:
-    """The timing stage times every method of a (backbone, task) in one job, so a change to any
-    method, or to what they decode, re-times that (backbone, task)."""
-    return {("time_methods", b, t, None) for b in backbones for t in tasks}
-
-
-REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None),
-               ("plot_sweeps", None, None, None), ("tables", None, None, None)}
+from .workflow import (CONFIGS, REPO, REPORT_JOBS, decoding_jobs, expected_counts, job_blocks, job_counts,
+                       scheduled, timing_jobs)
 
 
 def test_lint_passes(snakemake):

@@ -17,6 +17,22 @@ CONFIGS = Path(__file__).resolve().parent / "configs"
 DIRECTORY_RULES = {"train_toy", "plot", "plot_sweeps"}  # rules whose output is a directory
 
 
+# ---- the jobs a rerun schedules, as scheduled() lists them: (rule, backbone, task, method) ----
+def decoding_jobs(backbones, tasks, methods) -> set[tuple]:
+    return {(rule, b, t, m) for rule in ("generate", "score")
+            for b in backbones for t in tasks for m in methods}
+
+
+def timing_jobs(backbones, tasks) -> set[tuple]:
+    """The timing stage times every method of a (backbone, task) in one job, so a change to any
+    method, or to what they decode, re-times that (backbone, task)."""
+    return {("time_methods", b, t, None) for b in backbones for t in tasks}
+
+
+REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None),
+               ("plot_sweeps", None, None, None), ("tables", None, None, None)}
+
+
 def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None,
                   check: bool = True) -> subprocess.CompletedProcess:
     """Run this repository's workflow in ``workdir`` (its own .snakemake and results)."""
