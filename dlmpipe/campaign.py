@@ -153,7 +153,11 @@ class Campaign:
         origin: dict[str, str] = {}
         self._overrides: dict[str, list[overrides.Override]] = {}
         self.sweep_points: dict[str, dict] = {}  # method -> its swept key -> value ({} unswept)
+        #: base method -> the backbones and tasks it runs on (its ``backbones:``/``tasks:``)
+        self._scope: dict[str, tuple[list[str], list[str]]] = {}
         for base, spec in config["methods"].items():
+            self._scope[base], found = self._method_scope(base, spec)
+            problems += found
             expanded, found = expand_method(base, spec, schema)
             problems += found
             sweep = spec.get("sweep") or {}
@@ -180,6 +184,7 @@ class Campaign:
         self._identities: dict[str, BackboneIdentity | CheckpointError] = {}
         self._check_paths = check_paths
         problems += self._build_jobs()
+        problems += self._comparison_scope_problems()
         ref = config["reference_method"]
         if self.methods and ref not in self.methods:
             problems.append(f"reference_method: {ref!r} is not a method of this campaign "
@@ -193,12 +198,37 @@ class Campaign:
                             "with device: cpu use none or torch_compile")
         # analysis -> {(backbone, task, method): options} (docs/ANALYSES.md)
         self.analyses, found = expand_analyses(config["analyses"], self.backbones, self.tasks,
-                                               self.methods, self.method)
+                                               self.methods, self.method, self.runs)
         problems += found
         if not problems:
             problems += self._table_problems(origin)
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
+
+    def _method_scope(self, base: str, spec: dict) -> tuple[tuple[list[str], list[str]], list[str]]:
+        """The backbones and tasks a base method runs on, in campaign order (default: every
+        one), and the names that are not the campaign's."""
+        scope, problems = [], []
+        for key, known in (("backbones", self.backbones), ("tasks", self.tasks)):
+            names = spec.get(key)
+            problems += [f"methods.{base}.{key}[{i}]: {v!r} is not one of this campaign's {key} "
+                         f"({', '.join(known)})" for i, v in enumerate(names or []) if v not in known]
+            scope.append([k for k in known if names is None or k in names])
+        return (scope[0], scope[1]), problems
+
+    def _comparison_scope_problems(self) -> list[str]:
+        """Every method's speedup is against the reference on the same backbone and task: the
+        reference runs everywhere (an also_speedup_against method may not: its column is empty
+        where it does not run)."""
+        name = self.config["reference_method"]
+        if name not in self.origin:
+            return []  # reported as not a method
+        base = self.origin[name]
+        if self._scope[base] == (self.backbones, self.tasks):
+            return []
+        return [f"reference_method: {name!r} runs only on some backbones or tasks "
+                f"(methods.{base}.backbones/tasks); every method's speedup is against it on the "
+                "same backbone and task, so it runs on all of them"]
 
     def _backbone_problems(self) -> list[str]:
         problems = []
@@ -275,12 +305,33 @@ class Campaign:
                 entry["points"][name] = list(point.values())
         return {b: e for b, e in out.items() if len(e["points"]) > 1}
 
+    def runs(self, name: str, backbone: str, task: str) -> bool:
+        """Whether method ``name`` decodes ``task`` on ``backbone`` (its base method's
+        ``backbones:`` and ``tasks:``, default every one)."""
+        backbones, tasks = self._scope[self.origin[name]]
+        return backbone in backbones and task in tasks
+
+    def scopes(self) -> dict[str, dict[str, list[str]]]:
+        """The base methods that run only on some backbones or tasks: base -> {"backbones",
+        "tasks"} (campaign order); the others run everywhere."""
+        return {base: {"backbones": b, "tasks": t} for base, (b, t) in self._scope.items()
+                if (b, t) != (self.backbones, self.tasks)}
+
+    def methods_on(self, backbone: str, task: str) -> list[str]:
+        """The methods that decode ``task`` on ``backbone``, in campaign order."""
+        return [m for m in self.methods if self.runs(m, backbone, task)]
+
+    def decoding_jobs(self) -> list[tuple[str, str, str]]:
+        """Every (backbone, task, method) the campaign decodes and scores."""
+        return [(b, t, m) for b in self.backbones for t in self.tasks for m in self.methods_on(b, t)]
+
     def needs_proxies(self, name: str, backbone: str | None = None, task: str | None = None) -> bool:
         """The method's generate jobs on ``backbone`` and ``task`` (None: any) read the backbone's
         singular proxies (``backbones/{b}/proxies.safetensors``, written by the svd rule)."""
         return any("proxies" in registry.artifacts(self._jobs[(name, t, b)])
                    for b in ([backbone] if backbone else self.backbones)
-                   for t in ([task] if task else self.tasks))
+                   for t in ([task] if task else self.tasks)
+                   if (name, t, b) in self._jobs)
 
     def analysis(self, kind: str, backbone: str, task: str, method: str) -> dict:
         """The options of analysis ``kind`` for one (backbone, task, method)."""
@@ -301,7 +352,11 @@ class Campaign:
         """The concrete method a generate job decodes with: name, sampler, cache (overrides
         applied, ``auto`` parameters chosen for the backbone) and gen_length. Shared: do not
         modify."""
-        return self._jobs[(name, task, backbone)]
+        try:
+            return self._jobs[(name, task, backbone)]
+        except KeyError:
+            raise ValueError(f"method {name!r} does not run on {backbone}/{task} (its "
+                             "backbones:/tasks:)") from None
 
     # ---- per job: overrides, auto parameters, gen_length ----------------------------------
     def differences(self, name: str) -> dict[str, str]:
@@ -309,9 +364,10 @@ class Campaign:
         ``auto`` parameters): ``backbone`` (every task alike) or ``backbone/task`` -> the
         differing parameters as text."""
         point, out = self.methods[name], {}
-        for backbone in self.backbones:
+        backbones, tasks = self._scope[self.origin[name]]
+        for backbone in backbones:
             per_task = {}
-            for task in self.tasks:
+            for task in tasks:
                 job = self._jobs[(name, task, backbone)]
                 per_task[task] = ", ".join(f"{part}.{k}={v}" for part in overrides.PARTS
                                            for k, v in job[part].items() if point[part].get(k) != v)
@@ -365,12 +421,13 @@ class Campaign:
         for name, point in self.methods.items():
             base = self.origin[name]
             where = f"methods.{base}"
+            backbones, tasks = self._scope[base]
             # the generation length a job decodes with: the method's own, else each task's
             length_key = "gen_length" if "gen_length" in point else None
-            for task in self.config["tasks"]:
+            for task in tasks:
                 gen_length = self.gen_length(name, task)
                 source_key = length_key or f"tasks.{task}.gen_length"
-                for backbone in self.backbones:
+                for backbone in backbones:
                     method, applied, found = overrides.apply(where, point, self._overrides[base],
                                                              backbone, task)
                     method, bound = self._bind(where, method, backbone)
@@ -411,10 +468,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, m in c.methods.items():
         shown = {k: m[k] for k in ("sampler", "cache", "gen_length") if k in m}
         print(f"  {name:24s} {json.dumps(shown)}")
+        backbones, tasks = c._scope[c.origin[name]]
+        if (backbones, tasks) != (c.backbones, c.tasks):
+            print(f"    runs on backbones {', '.join(backbones)}; tasks {', '.join(tasks)}")
         for where, diff in c.differences(name).items():
             print(f"    on {where}: {diff}")
-    n = len(c.backbones) * len(c.tasks) * len(c.methods)
-    print(f"generate jobs: {n}")
+    print(f"generate jobs: {len(c.decoding_jobs())}")
     return 0
 
 

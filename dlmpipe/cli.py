@@ -174,7 +174,7 @@ def _tables(a: argparse.Namespace) -> None:
 
     campaign = json.loads(a.campaign)
     write_tables(a.summary, json.loads(a.tables), campaign["origin"], campaign["backbones"],
-                 campaign["tasks"], a.out_dir)
+                 campaign["tasks"], a.out_dir, scope=campaign.get("scope"))
 
 
 def _plot_sweeps(a: argparse.Namespace) -> None:

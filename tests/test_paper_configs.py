@@ -39,8 +39,7 @@ def dry_run(tmp_path, snakemake, campaign, path) -> dict[tuple, dict]:
     proc = snakemake(tmp_path, "-n", "-p", configfile=path)
     counts = job_counts(proc.stdout)
     assert counts == {k: v for k, v in expected_counts(campaign).items() if v}
-    want = {(rule, b, t, m) for rule in ("generate", "score") for b in campaign.backbones
-            for t in campaign.tasks for m in campaign.methods}
+    want = {(rule, b, t, m) for rule in ("generate", "score") for b, t, m in campaign.decoding_jobs()}
     assert {j for j in scheduled(proc.stdout) if j[0] in ("generate", "score")} == want
     for rule, body in job_blocks(proc.stdout):
         if rule == "generate":
@@ -57,12 +56,14 @@ def dry_run(tmp_path, snakemake, campaign, path) -> dict[tuple, dict]:
 
 
 def every_row_runs(campaign: Campaign) -> None:
-    """Each paper table names methods the campaign decodes, on its backbones and tasks."""
+    """Each paper table's every cell is decoded: its method runs on the cell's backbone and
+    task (a method's backbones:/tasks: leave no hole in the paper's tables)."""
     for name, spec in campaign.config["tables"].items():
         rows = table_rows(spec, campaign.origin, campaign.backbones, campaign.tasks)
         assert rows, name
         for row in rows:
-            assert set(row.methods.values()) <= set(campaign.methods), (name, row)
+            for (b, t), m in row.methods.items():
+                assert m in campaign.methods and campaign.runs(m, b, t), (name, row.label, b, t)
 
 
 def test_archer_campaign_plans_the_papers_jobs(tmp_path, snakemake, write_config):
@@ -79,11 +80,14 @@ def test_archer_campaign_plans_the_papers_jobs(tmp_path, snakemake, write_config
         assert sampler["block_length"] == 256, name
         if sampler["name"] == "saber":
             assert (sampler["n"], sampler["mu"]) == (2, 2), name
-    # dLLM-Cache's released settings per benchmark reach each job
-    for b in campaign.backbones:
-        for t in campaign.tasks:
-            cache = planned[(b, t, "dllm-cache")]["cache"]
-            assert (cache["K_p"], cache["K_r"]) == ((100, 5) if t == "mbpp" else (50, 8))
+    # dLLM-Cache's released settings per benchmark reach each job; the baselines and the
+    # no-rollback control run only on LLaDA-8B-Instruct (Tables 1, 5, 6)
+    for t in campaign.tasks:
+        cache = planned[("llada-8b-instruct", t, "dllm-cache")]["cache"]
+        assert (cache["K_p"], cache["K_r"]) == ((100, 5) if t == "mbpp" else (50, 8))
+    assert {b for (b, t, n) in planned if n in ("dllm-cache", "dkv-greedy", "no-rollback")} == {
+        "llada-8b-instruct"}
+    assert {b for (b, t, n) in planned if n in ("llada-confidence", "saber")} == set(campaign.backbones)
     # every operating point of Tables 1 and 2 and the radius sweep's ends decode on every backbone
     for b in campaign.backbones:
         ks = {m["cache"]["K"] for (bb, t, n), m in planned.items() if bb == b and n.startswith("archer-")}
@@ -103,20 +107,29 @@ def test_spa_campaign_plans_the_papers_jobs(tmp_path, snakemake, write_config):
     # §4.1: the seven benchmarks
     assert {campaign.benchmark(t) for t in campaign.tasks} == {
         "gsm8k", "math500", "gpqa_main", "bbh", "mmlu_pro", "mbpp", "humaneval"}
-    profile = {"llada-8b-instruct": "llada-8b-instruct", "dream-v0-instruct-7b": "dream-7b"}
-    for b in campaign.backbones:
-        for t in campaign.tasks:
-            for name in ("spa", "dream-spa", "spa-parallel"):
-                # §4.1 rho_p 0.25, §4.4 r = 128, each backbone's own rho(l) constants
-                cache = planned[(b, t, name)]["cache"]
-                assert (cache["rank"], cache["rho_p"], cache["budget"]) == (128, 0.25, "adaptive")
-                assert cache["profile"] == profile[b]
+    llada, dream = "llada-8b-instruct", "dream-v0-instruct-7b"
+    profile = {llada: "llada-8b-instruct", dream: "dream-7b"}
+    for t in campaign.tasks:
+        for b, name in ((llada, "spa"), (llada, "spa-parallel"), (dream, "dream-spa")):
+            # §4.1 rho_p 0.25, §4.4 r = 128, each backbone's own rho(l) constants
+            cache = planned[(b, t, name)]["cache"]
+            assert (cache["rank"], cache["rho_p"], cache["budget"]) == (128, 0.25, "adaptive")
+            assert cache["profile"] == profile[b]
+        for b in campaign.backbones:  # the reference runs everywhere
             assert planned[(b, t, "vanilla")]["sampler"]["block_length"] == 32
-            dream = planned[(b, t, "dream-vanilla")]["sampler"]  # as SPA-Cache's code ran Dream
-            assert (dream["name"], dream["alg"], dream["temperature"], dream["top_p"]) == (
-                "dream", "entropy", 0.2, 0.95)
-            cache = planned[(b, t, "dllm-cache")]["cache"]
-            assert (cache["K_p"], cache["K_r"]) == {"mbpp": (100, 5), "humaneval": (50, 8)}.get(t, (50, 7))
+        sampler = planned[(dream, t, "dream-vanilla")]["sampler"]  # as SPA-Cache's code ran Dream
+        assert (sampler["name"], sampler["alg"], sampler["temperature"], sampler["top_p"]) == (
+            "dream", "entropy", 0.2, 0.95)
+        cache = planned[(llada, t, "dllm-cache")]["cache"]
+        assert (cache["K_p"], cache["K_r"]) == {"mbpp": (100, 5), "humaneval": (50, 8)}.get(t, (50, 7))
+    # each method where the paper reports it: LLaDA's rows on LLaDA, Dream's on Dream, the
+    # ablations on LLaDA / GSM8K (§4.4)
+    where = {}
+    for b, t, n in planned:
+        where.setdefault(campaign.origin[n], set()).add((b, t))
+    assert where["dream-spa"] == {(dream, t) for t in campaign.tasks}
+    assert where["spa"] == where["fast-dllm-parallel"] == {(llada, t) for t in campaign.tasks}
+    assert where["spa-rank"] == where["spa-identifier"] == {(llada, "gsm8k")}
     # the ablations: Table 1's identifiers, Table 5's ranks, Table 4's uniform 16%
     sweeps = campaign.sweeps()
     assert [v for (v,) in sweeps["spa-identifier"]["points"].values()] == [

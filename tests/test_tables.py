@@ -194,3 +194,32 @@ def test_a_valid_spec_has_no_problems():
     assert table_problems("t", {"style": "archer", "operating_points": ARCHER_POINTS,
                                 "speedup_against": ["saber"]},
                           ORIGIN, BACKBONES, TASKS, ["llada-confidence", "saber"]) == []
+
+
+def test_methods_that_do_not_run_everywhere_show_dashes_and_skip_empty_rows():
+    # spa-r128 runs only on llada (its backbones:), and only on mbpp there (its tasks:)
+    summary = hand_summary()
+    summary = summary[(summary["method"] != "spa-r128")
+                      | ((summary["backbone"] == "llada") & (summary["task"] == "mbpp"))]
+    scope = {"spa": {"backbones": ["llada"], "tasks": ["mbpp"]}}
+    spec = {"style": "archer", "methods": ["llada-confidence", "spa"]}
+    numbers, _ = archer_table(summary, spec, ORIGIN, BACKBONES, TASKS, scope)
+    assert numbers[["backbone", "method"]].values.tolist() == [
+        ["llada", "llada-confidence"], ["llada", "spa-r128"], ["dream", "llada-confidence"]]
+    spa = numbers.set_index(["backbone", "method"]).loc[("llada", "spa-r128")]
+    assert spa["mbpp base (%)"] == pytest.approx(40) and math.isnan(spa["humaneval base (%)"])
+    assert math.isnan(spa["overall quality (%)"])  # an Overall over fewer tasks would mislead
+    shown = display_frame(numbers, "archer")
+    assert shown.loc[1, "humaneval base (%)"] == "–" and shown.loc[1, "mbpp base (%)"] == "40.00"
+
+    numbers, _ = spa_table(summary, {"style": "spa", "methods": ["llada-confidence", "spa"]},
+                           ORIGIN, BACKBONES, TASKS, scope)
+    assert numbers[["task", "method"]].values.tolist() == (
+        [["mbpp", "llada-confidence"], ["mbpp", "spa-r128"]]
+        + [[t, "llada-confidence"] for t in TASKS[1:]])
+    row = numbers.set_index(["task", "method"]).loc[("mbpp", "spa-r128")]
+    assert row["llada TPS"] == 25.0 and math.isnan(row["dream TPS"])
+    assert row["llada TPS vs llada-confidence (x)"] == 2.0
+    # where the scope says it runs, a missing row is still an error
+    with pytest.raises(ValueError, match="backbone 'llada', task 'mbpp', method 'spa-r128'"):
+        archer_table(summary[summary["method"] != "spa-r128"], spec, ORIGIN, BACKBONES, TASKS, scope)

@@ -84,9 +84,9 @@ def fake_finished_run(workdir: Path, config: Path) -> None:
 
 def expected_counts(campaign) -> dict[str, int]:
     """Jobs per rule a campaign should plan (dlmpipe.campaign.Campaign)."""
-    b, t, m = len(campaign.backbones), len(campaign.tasks), len(campaign.methods)
+    b, t, decoded = len(campaign.backbones), len(campaign.tasks), len(campaign.decoding_jobs())
     counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
-              "prepare_task": t, "generate": b * t * m, "score": b * t * m, "summarize": 1,
+              "prepare_task": t, "generate": decoded, "score": decoded, "summarize": 1,
               "plot": 1, "plot_sweeps": 1, "all": 1,
               "time_methods": b * t}  # every method timed together, per (backbone, task)
     if campaign.config["tables"]:
@@ -109,5 +109,5 @@ def expected_counts(campaign) -> dict[str, int]:
     shards = campaign.config["shards"]
     if shards > 1:  # N generate jobs per method, joined by one merge before scoring
         counts["generate"] *= shards
-        counts["merge_generations"] = b * t * m
+        counts["merge_generations"] = decoded
     return counts

@@ -30,12 +30,30 @@ KEYS = ["backbone", "task", "method"]
 MISSING = "–"
 
 
-def _lookup(summary: pd.DataFrame, backbone: str, task: str, method: str) -> pd.Series:
-    try:
-        return summary.loc[(backbone, task, method)]
-    except KeyError:
-        raise ValueError(f"the summary has no row for backbone {backbone!r}, task {task!r}, "
-                         f"method {method!r}, which a table shows") from None
+class Scope:
+    """Where each method runs: ``scope`` maps a base method with ``backbones:``/``tasks:`` to
+    those lists (the others run everywhere)."""
+
+    def __init__(self, origin: dict[str, str], scope: dict[str, dict] | None = None):
+        self.origin, self.scope = origin, scope or {}
+
+    def runs(self, method: str, backbone: str, task: str) -> bool:
+        s = self.scope.get(self.origin.get(method, method))
+        return s is None or (backbone in s["backbones"] and task in s["tasks"])
+
+    def lookup(self, summary: pd.DataFrame, backbone: str, task: str, method: str) -> pd.Series:
+        """The summary's row; where the method does not run, one of NaNs (shown as "–")."""
+        try:
+            return summary.loc[(backbone, task, method)]
+        except KeyError:
+            if self.runs(method, backbone, task):
+                raise ValueError(f"the summary has no row for backbone {backbone!r}, task "
+                                 f"{task!r}, method {method!r}, which a table shows") from None
+            return pd.Series(math.nan, index=summary.columns)
+
+    def shows(self, row: Row, cells: list[tuple[str, str]]) -> bool:
+        """A row is shown where its method runs on at least one of the cells."""
+        return any(self.runs(row.methods[(b, t)], b, t) for b, t in cells)
 
 
 def _speedup_column(against: str, reference: str) -> str:
@@ -67,8 +85,10 @@ def _points_note(rows: list[Row], backbones: list[str], tasks: list[str]) -> lis
 
 
 def archer_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], backbones: list[str],
-                 tasks: list[str]) -> tuple[pd.DataFrame, list[str]]:
-    """The numbers of an Archer-style table and its notes (operating points)."""
+                 tasks: list[str], scope: dict | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """The numbers of an Archer-style table and its notes (operating points); ``scope``: the
+    methods that run only on some backbones/tasks (``Scope``)."""
+    where = Scope(origin, scope)
     backbones, tasks = table_axes(spec, backbones, tasks)
     rows = table_rows(spec, origin, backbones, tasks)
     reference = summary["reference"].iloc[0]
@@ -81,10 +101,12 @@ def archer_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], back
     out = []
     for b in backbones:
         for row in rows:
+            if not where.shows(row, [(b, t) for t in tasks]):
+                continue
             line = {"backbone": b, "method": row.label}
             quality, speedups = [], {a: [] for a in against}
             for t in tasks:
-                s = _lookup(idx, b, t, row.methods[(b, t)])
+                s = where.lookup(idx, b, t, row.methods[(b, t)])
                 line[f"{t} base (%)"] = 100 * s["quality"]
                 quality.append(line[f"{t} base (%)"])
                 if extended[t]:
@@ -107,20 +129,24 @@ def archer_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], back
 
 
 def spa_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], backbones: list[str],
-              tasks: list[str]) -> tuple[pd.DataFrame, list[str]]:
-    """The numbers of a SPA-style table and its notes (operating points)."""
+              tasks: list[str], scope: dict | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """The numbers of a SPA-style table and its notes (operating points); ``scope`` as for
+    ``archer_table``."""
+    where = Scope(origin, scope)
     backbones, tasks = table_axes(spec, backbones, tasks)
     rows = table_rows(spec, origin, backbones, tasks)
     idx = summary.set_index(KEYS).sort_index()
+    against = spec.get("tps_against") or summary["reference"].iloc[0]
     out = []
     for t in tasks:
         for row in rows:
+            if not where.shows(row, [(b, t) for b in backbones]):
+                continue
             line = {"task": t, "method": row.label}
             for b in backbones:
-                s = _lookup(idx, b, t, row.methods[(b, t)])
-                against = spec.get("tps_against") or s["reference"]
+                s = where.lookup(idx, b, t, row.methods[(b, t)])
                 line[f"{b} TPS"] = s["mean_tps"]
-                line[f"{b} TPS vs {against} (x)"] = s["mean_tps"] / _lookup(idx, b, t, against)["mean_tps"]
+                line[f"{b} TPS vs {against} (x)"] = s["mean_tps"] / where.lookup(idx, b, t, against)["mean_tps"]
                 line[f"{b} TTFT (ms)"] = 1000 * s["mean_ttft_s"]
                 line[f"{b} accuracy (%)"] = 100 * s["quality"]
                 line[f"{b} SE (%)"] = 100 * s["quality_se"]
@@ -188,14 +214,15 @@ BUILDERS = {"archer": archer_table, "spa": spa_table}
 
 
 def write_tables(summary: str | Path, tables: dict[str, dict], origin: dict[str, str],
-                 backbones: list[str], tasks: list[str], out_dir: str | Path) -> list[Path]:
+                 backbones: list[str], tasks: list[str], out_dir: str | Path,
+                 scope: dict | None = None) -> list[Path]:
     """``{name}.csv``, ``{name}.md`` and ``{name}.html`` in ``out_dir`` for every table."""
     table = pd.read_parquet(summary)
     out = Path(out_dir)
     written = []
     for name, spec in tables.items():
         style = spec["style"]
-        numbers, notes = BUILDERS[style](table, spec, origin, backbones, tasks)
+        numbers, notes = BUILDERS[style](table, spec, origin, backbones, tasks, scope)
         shown = display_frame(numbers, style)
         for suffix, text in (("csv", numbers.to_csv(index=False, float_format="%.6g")),
                              ("md", render_markdown(name, style, shown, notes)),

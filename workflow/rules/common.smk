@@ -119,12 +119,7 @@ def score_sandbox():
 
 
 def all_scores(wildcards=None):
-    return [
-        f"{R}/scores/{b}/{t}/{m}.parquet"
-        for b in CAMPAIGN.backbones
-        for t in CAMPAIGN.tasks
-        for m in CAMPAIGN.methods
-    ]
+    return [f"{R}/scores/{b}/{t}/{m}.parquet" for b, t, m in CAMPAIGN.decoding_jobs()]
 
 
 def proxies_input(wildcards):
@@ -136,11 +131,12 @@ def proxies_input(wildcards):
 
 
 def timing_params(wildcards):
-    """Everything a timing job's result depends on: every method as its generate job on this
-    backbone and task decodes it (in campaign order: the interleaving order), seed, device,
+    """Everything a timing job's result depends on: every method that runs on this backbone and
+    task, as its generate job decodes it (in campaign order: the interleaving order), seed, device,
     compile, samples and repeats."""
     return {
-        "methods": [CAMPAIGN.method(m, wildcards.task, wildcards.backbone) for m in CAMPAIGN.methods],
+        "methods": [CAMPAIGN.method(m, wildcards.task, wildcards.backbone)
+                    for m in CAMPAIGN.methods_on(wildcards.backbone, wildcards.task)],
         "seed": config["seed"],
         "device": config["device"],
         "compile": config["compile"],
@@ -154,7 +150,8 @@ def all_timing(wildcards=None):
 
 def timing_proxies_input(wildcards):
     """The backbone's proxies file when any method of the campaign reads it on this task."""
-    if any(CAMPAIGN.needs_proxies(m, wildcards.backbone, wildcards.task) for m in CAMPAIGN.methods):
+    if any(CAMPAIGN.needs_proxies(m, wildcards.backbone, wildcards.task)
+           for m in CAMPAIGN.methods_on(wildcards.backbone, wildcards.task)):
         return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
     return []
 

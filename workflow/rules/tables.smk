@@ -24,9 +24,11 @@ if TABLES:
         params:
             out_dir=lambda w, output: os.path.dirname(output.csv[0]),
             tables=as_json(TABLES),
-            # which base method each row comes from; the table's default axes
+            # which base method each row comes from; the table's default axes; where the
+            # methods with backbones:/tasks: run
             campaign=in_campaign_order(
-                {"origin": CAMPAIGN.origin, "backbones": CAMPAIGN.backbones, "tasks": CAMPAIGN.tasks}
+                {"origin": CAMPAIGN.origin, "backbones": CAMPAIGN.backbones, "tasks": CAMPAIGN.tasks,
+                 **({"scope": CAMPAIGN.scopes()} if CAMPAIGN.scopes() else {})}
             ),
         localrule: True
         log:
