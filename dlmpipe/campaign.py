@@ -465,12 +465,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"backbones: {', '.join(c.backbones)}\ntasks: {', '.join(c.tasks)}\n"
           f"methods ({len(c.methods)}), reference {c.config['reference_method']}:")
+    scopes = c.scopes()
     for name, m in c.methods.items():
         shown = {k: m[k] for k in ("sampler", "cache", "gen_length") if k in m}
         print(f"  {name:24s} {json.dumps(shown)}")
-        backbones, tasks = c._scope[c.origin[name]]
-        if (backbones, tasks) != (c.backbones, c.tasks):
-            print(f"    runs on backbones {', '.join(backbones)}; tasks {', '.join(tasks)}")
+        if (scope := scopes.get(c.origin[name])):
+            print(f"    runs on backbones {', '.join(scope['backbones'])}; "
+                  f"tasks {', '.join(scope['tasks'])}")
         for where, diff in c.differences(name).items():
             print(f"    on {where}: {diff}")
     print(f"generate jobs: {len(c.decoding_jobs())}")

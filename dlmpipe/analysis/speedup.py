@@ -16,11 +16,15 @@ GROUP = ["backbone", "task"]
 TIMING_NEEDED = GROUP + ["method", "sample_index", "repeat", "time_s"]
 
 
-def per_sample_times(timing: pd.DataFrame) -> pd.DataFrame:
-    """Median time over repeats per (backbone, task, method, sample): one column per method."""
+def _check_columns(timing: pd.DataFrame) -> None:
     missing = [c for c in TIMING_NEEDED if c not in timing.columns]
     if missing:
         raise ValueError(f"timing table lacks column(s) {', '.join(missing)}")
+
+
+def per_sample_times(timing: pd.DataFrame) -> pd.DataFrame:
+    """Median time over repeats per (backbone, task, method, sample): one column per method."""
+    _check_columns(timing)
     med = timing.groupby(GROUP + ["method", "sample_index"], sort=False)["time_s"].median()
     return med.unstack("method")
 
@@ -68,14 +72,12 @@ def paired_speedups(timing: pd.DataFrame, against: str, seed: int = 0, resamples
 def read_timing(paths) -> pd.DataFrame:
     """The timing files of a campaign, one table; a (backbone, task, method, sample, repeat)
     measured twice is an error (two files for one pair)."""
-    frames = [pd.read_parquet(p, columns=None) for p in paths]
+    frames = [pd.read_parquet(p) for p in paths]
     if not frames:
         raise ValueError("no timing files given")
     timing = pd.concat(frames, ignore_index=True)
     key = GROUP + ["method", "sample_index", "repeat"]
-    missing = [c for c in TIMING_NEEDED if c not in timing.columns]
-    if missing:
-        raise ValueError(f"timing table lacks column(s) {', '.join(missing)}")
+    _check_columns(timing)
     dup = timing.duplicated(key)
     if dup.any():
         raise ValueError(f"timed twice: {timing.loc[dup, key].iloc[0].tolist()}")

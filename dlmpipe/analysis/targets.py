@@ -16,7 +16,7 @@ Target = tuple[str, str, str]  # (backbone, task, method)
 
 def expand_analyses(section: dict[str, list[dict]], backbones: list[str], tasks: list[str],
                     methods: dict[str, dict], method: Callable[[str, str, str], dict],
-                    runs: Callable[[str, str, str], bool] = lambda m, b, t: True,
+                    runs: Callable[[str, str, str], bool],
                     ) -> tuple[dict[str, dict[Target, dict]], list[str]]:
     """analysis -> {(backbone, task, method): options}, and the problems found, each named by
     its dotted key: names that are not in the campaign, a target listed twice within one
@@ -37,16 +37,16 @@ def expand_analyses(section: dict[str, list[dict]], backbones: list[str], tasks:
                              f"({', '.join(known[k])})"
                              for j, name in enumerate(names[k]) if name not in known[k]]
             options = {k: v for k, v in entry.items() if k not in known}
-            for j, m in enumerate(names["methods"]):
-                if entry.get("methods") is not None and m in methods and not any(runs(m, b, t) for b in names["backbones"]
-                                            for t in names["tasks"] if b in backbones and t in tasks):
-                    problems.append(f"{where}.methods[{j}]: {m!r} runs on none of this entry's "
-                                    "backbones and tasks (its backbones:/tasks: in methods)")
-            for b, t, m in itertools.product(names["backbones"], names["tasks"], names["methods"]):
-                if b not in backbones or t not in tasks or m not in methods:
-                    continue  # reported above
-                if not runs(m, b, t):
-                    continue  # outside the method's backbones/tasks (checked below)
+            cells = [(b, t) for b in names["backbones"] for t in names["tasks"]
+                     if b in backbones and t in tasks]
+            if entry.get("methods") is not None:  # a named method must run on one of the cells
+                problems += [f"{where}.methods[{j}]: {m!r} runs on none of this entry's backbones "
+                             "and tasks (its backbones:/tasks: in methods)"
+                             for j, m in enumerate(names["methods"])
+                             if m in methods and not any(runs(m, b, t) for b, t in cells)]
+            for (b, t), m in itertools.product(cells, names["methods"]):
+                if m not in methods or not runs(m, b, t):
+                    continue  # an unknown name (reported above), or outside the method's scope
                 if (b, t, m) in out[kind]:
                     problems.append(f"{where}: {b}/{t}/{m} is already analysed by an earlier "
                                     f"entry of analyses.{kind}")

@@ -36,13 +36,9 @@ def extract_number(text: str) -> Extracted:
     """A numeric answer (GSM8K, MATH-500's numeric answers, FinQA, BBH's counts): boxed, ####,
     "final answer", "answer is", "answer:", a bold number, else the last number in the text."""
     text = response_text(text)
-    boxed = _last(_boxed_contents(text), _number_or_value)
-    if boxed is not None:
-        return Extracted(boxed, "boxed")
-    for rule, marker in _NUMBER_MARKERS:
-        found = _last(_spans(text, marker), number_in)
-        if found is not None:
-            return Extracted(found, rule)
+    found = _boxed_then_markers(text, _number_or_value, _NUMBER_MARKERS, number_in)
+    if found is not None:
+        return found
     bold = _last(_BOLD.findall(text), _bold_number)
     if bold is not None:
         return Extracted(bold, "bold")
@@ -53,13 +49,8 @@ def extract_number(text: str) -> Extracted:
 def extract_latex(text: str) -> Extracted:
     """A LaTeX answer (MATH-500): boxed, then the markers' spans as written, else the last number."""
     text = response_text(text)
-    boxed = _last(_boxed_contents(text), lambda s: s)
-    if boxed is not None:
-        return Extracted(boxed, "boxed")
-    for rule, marker in _NUMBER_MARKERS:
-        found = _last(_spans(text, marker), _latex_span)
-        if found is not None:
-            return Extracted(found, rule)
+    if (found := _boxed_then_markers(text, lambda s: s, _NUMBER_MARKERS, _latex_span)) is not None:
+        return found
     last = last_number(text)
     return Extracted(last, "last number") if last is not None else NONE
 
@@ -108,13 +99,8 @@ def extract_label(text: str, labels: list[str]) -> Extracted:
         m = lead.match(_unwrap(span))
         return canonical[m.group(1).lower()] if m else None
 
-    boxed = _last(_boxed_contents(text), label_in)
-    if boxed is not None:
-        return Extracted(boxed, "boxed")
-    for rule, marker in _CHOICE_MARKERS:
-        found = _last(_spans(text, marker), label_in)
-        if found is not None:
-            return Extracted(found, rule)
+    if (found := _boxed_then_markers(text, label_in, _CHOICE_MARKERS, label_in)) is not None:
+        return found
     bold = _last(_BOLD.findall(text), lambda s: label_in(s) if len(s.split()) == 1 else None)
     if bold is not None:
         return Extracted(bold, "bold")
@@ -129,14 +115,9 @@ def extract_text(text: str) -> Extracted:
     """A free-form answer (BBH's Dyck languages, word sorting): boxed, "answer is", "answer:";
     the rest of the sentence (BBH's "So the answer is X.")."""
     text = response_text(text)
-    boxed = _last(_boxed_contents(text), lambda s: _unwrap(s).strip() or None)
-    if boxed is not None:
-        return Extracted(boxed, "boxed")
-    for rule, marker in _CHOICE_MARKERS:
-        found = _last(_spans(text, marker), _text_span)
-        if found is not None:
-            return Extracted(found, rule)
-    return NONE
+    found = _boxed_then_markers(text, lambda s: _unwrap(s).strip() or None, _CHOICE_MARKERS,
+                                _text_span)
+    return found if found is not None else NONE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +142,19 @@ def response_text(text: str) -> str:
     text = cut_at_stop(text)
     m = _CONTINUATION.search(text)
     return text[:m.start()] if m else text
+
+
+def _boxed_then_markers(text: str, parse_boxed, markers, parse_span) -> Extracted | None:
+    """The first rules of every extractor: the last \\boxed{} that parses, else the last span
+    of the first marker (in ``markers``' order) with one that parses; None if neither."""
+    boxed = _last(_boxed_contents(text), parse_boxed)
+    if boxed is not None:
+        return Extracted(boxed, "boxed")
+    for rule, marker in markers:
+        found = _last(_spans(text, marker), parse_span)
+        if found is not None:
+            return Extracted(found, rule)
+    return None
 
 
 def _spans(text: str, marker: re.Pattern) -> list[str]:
