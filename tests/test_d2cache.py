@@ -1,0 +1,307 @@
+"""d2Cache (docs/METHODS.md §2.8): step-level parity with a plain re-statement of the released
+algorithm on tiny checkpoints of both families, the cached step on an unchanged sequence, the
+attention rollout against a direct computation, and the certainty density against the
+release's FFT form.
+
+``Released`` below is written from the release's logic (its cache hooks, the vanilla generation
+step and the low-confidence sampler), batch of one: eager attention with explicit
+probabilities and repeated K/V heads, the full ``T x T`` rollout, zero logits for rows without a
+query, the selection made at the end of each step from the frame before and after it. It shares
+no code with dlmpipe's cache (only the model's weights, norms and RoPE).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dlmpipe.decode import decode
+from dlmpipe.engine.d2cache import certainty_density, density_weights
+from dlmpipe.engine.full import full_response_logits
+from dlmpipe.methods import build_cache, build_sampler
+
+from .models import FAMILIES, MASK_ID, random_prompt, tiny_backbone
+
+
+# ---- the release, restated -------------------------------------------------------------------
+def fft_density(decoded: torch.Tensor, sigma: float) -> torch.Tensor:
+    """The release's certainty density ([G] bool -> [G]) by FFT, as it computes it."""
+    length = decoded.shape[0]
+    padded = F.pad(decoded.float()[None], (length, length), value=1.0)
+    if not decoded[-1]:
+        padded[:, 2 * length:] = 0.0
+    ext = 3 * length
+    dist = torch.cat([torch.arange(ext), torch.arange(-ext, 0)]).float()
+    kernel = torch.fft.fft(torch.exp(-dist ** 2 / (2 * sigma ** 2)), n=2 * ext)
+    num = torch.fft.ifft(torch.fft.fft(F.pad(padded, (0, ext)), n=2 * ext) * kernel, n=2 * ext).real
+    den = torch.fft.ifft(torch.fft.fft(torch.ones(1, 2 * ext), n=2 * ext) * kernel, n=2 * ext).real
+    return (num[0, length:2 * length] / den[0, length:2 * length].clamp_min(1e-8))
+
+
+class Released:
+    """The released d2Cache + vanilla low-confidence decoding (one token per step)."""
+
+    def __init__(self, model, prompt_len: int, gen_len: int, *, rollout_p, current_k, sigma,
+                 inflate_w, update_conf: bool):
+        self.m, self.P, self.G = model, prompt_len, gen_len
+        self.rollout_p, self.current_k, self.sigma, self.inflate_w = rollout_p, current_k, sigma, inflate_w
+        self.update_conf = update_conf  # False: the release (its update never lands)
+        self.keys: list = []
+        self.values: list = []
+        self.q_mask = None     # rows with queries at the next forward
+        self.active = None     # rows with queries at the last forward
+        self.conf_cache = None
+        self.shifted = model.cfg.logit_shift
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Response logits [G, V] (zero rows where no query), like the release's model call."""
+        m, cfg = self.m, self.m.cfg
+        T = x.shape[0]
+        self.active = self.q_mask
+        rows = torch.arange(T) if self.active is None else torch.where(self.active)[0]
+        cos, sin = m.rope(rows)
+        h = m.embed(x[rows])[None]
+        rollout = torch.eye(T)
+        group = cfg.n_heads // cfg.n_kv_heads
+        for i, blk in enumerate(m.blocks):
+            normed = blk.attn_norm(h)
+            q = m.apply_rope(blk.q_proj(normed).view(1, -1, cfg.n_heads, cfg.head_dim).transpose(1, 2), cos, sin)
+            k = m.apply_rope(blk.k_proj(normed).view(1, -1, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2), cos, sin)
+            v = blk.v_proj(normed).view(1, -1, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+            if len(self.keys) <= i:
+                self.keys.append(k.clone())
+                self.values.append(v.clone())
+            else:
+                self.keys[i][:, :, rows] = k
+                self.values[i][:, :, rows] = v
+            kf = self.keys[i].repeat_interleave(group, dim=1)
+            vf = self.values[i].repeat_interleave(group, dim=1)
+            att = torch.softmax((q @ kf.transpose(-1, -2)) / math.sqrt(cfg.head_dim), dim=-1)
+            o = (att @ vf).transpose(1, 2).reshape(1, rows.numel(), -1)
+            h = h + blk.attn_out(o)
+            h = h + blk.ffn(h)
+            effective = torch.eye(T)
+            effective[rows] = att[0].mean(0)
+            residual = effective + torch.eye(T)
+            residual = residual / residual.sum(-1, keepdim=True)
+            rollout = residual @ rollout
+        self.rollout = rollout
+        logits = torch.zeros(T, cfg.vocab_size)
+        logits[rows] = m.logits(h)[0]
+        if self.shifted:
+            logits = torch.cat([logits[:1], logits[:-1]])
+        return logits[self.P:]
+
+    def step_end(self, frame: torch.Tensor, new: torch.Tensor, block: tuple[int, int],
+                 confidence: torch.Tensor) -> None:
+        P, G, T = self.P, self.G, self.P + self.G
+        if self.conf_cache is None:
+            self.conf_cache = confidence.clone()
+        elif self.update_conf:  # the paper: recomputed (logit row had a query), masked before
+            logit_rows = self.active[P - 1:T - 1] if self.shifted else self.active[P:]
+            valid = logit_rows & (frame[P:] == MASK_ID)
+            self.conf_cache[valid] = confidence[valid]
+        remaining = new[P:] == MASK_ID
+        block_mask = torch.zeros(G, dtype=torch.bool)
+        block_mask[block[0]:block[1]] = True
+        block_size = int(block_mask.sum())
+        meets = torch.cumsum(remaining.int(), 0) >= self.current_k
+        min_end = int(torch.argmax(meets.int())) if meets.any() else G - 1
+        search_end = (min_end // block_size + 1) * block_size - 1
+        col = torch.arange(G)
+        search = (col >= block[0]) & (col <= search_end)
+        scores = self.conf_cache * fft_density(~remaining, self.sigma)
+        scores[block_mask] += scores.max()
+        idx = torch.topk(torch.where(search & remaining, scores, -torch.inf), min(self.current_k, G)).indices
+        selected = torch.zeros(G, dtype=torch.bool)
+        selected[idx] = True
+        selected &= remaining
+        response = F.pad(selected[1:], (0, 1), value=False) if self.shifted else selected.clone()
+        response[(frame[P:] == MASK_ID) & (new[P:] != MASK_ID)] = True  # just decoded
+        q = F.pad(response, (P, 0), value=False)
+        importance = self.rollout.sum(0)
+        # nucleus selection (min_k 1) of the rest by rollout importance
+        s = torch.where(~q, importance, 0.0)
+        probs = s / (s.sum() + 1e-9)
+        sp, si = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sp, 0) <= self.rollout_p
+        keep[0] = True
+        keep &= (~q)[si]
+        q |= torch.zeros(T, dtype=torch.bool).scatter(0, si, keep)
+        if self.shifted:
+            q[P - 1] = selected[0]
+        if self.inflate_w > 0:
+            t = torch.arange(T)
+            nxt = torch.flip(torch.cummin(torch.flip(torch.where(q, t, T), [0]), 0).values, [0])
+            prv = torch.cummax(torch.where(q, t, -1), 0).values
+            q |= ((nxt - t) + (t - prv) <= self.inflate_w) & (prv >= 0) & (nxt < T)
+        self.q_mask = q
+
+
+def released_decode(model, prompt, gen_len, block_length, **params):
+    """Low-confidence decoding, one token per step within blocks, over ``Released``."""
+    P = prompt.shape[0]
+    x = torch.cat([prompt, torch.full((gen_len,), MASK_ID)])
+    cache = Released(model, P, gen_len, **params)
+    trace = []
+    for lo in range(0, gen_len, block_length):
+        block = (lo, lo + block_length)
+        while (x[P + lo:P + lo + block_length] == MASK_ID).any():
+            q = cache.q_mask
+            logits = cache.forward(x)
+            probs = torch.softmax(logits, -1)
+            conf, x0 = probs.max(-1)
+            masked = x[P:] == MASK_ID
+            confidence = torch.where(masked, conf, -torch.inf)
+            in_block = torch.full_like(confidence, -torch.inf)
+            in_block[lo:lo + block_length] = confidence[lo:lo + block_length]
+            j = int(in_block.argmax())
+            new = x.clone()
+            new[P + j] = x0[j]
+            trace.append((x.clone(), None if q is None else q.clone(), logits))
+            cache.step_end(x, new, block, confidence)
+            x = new
+    return x[P:], trace
+
+
+def dlmpipe_trace(model, prompt, gen_len, block_length, **params):
+    sampler = build_sampler({"name": "llada_confidence", "block_length": block_length, "steps": gen_len})
+    cache = build_cache({"name": "d2cache", **params}, model)
+    trace = []
+    select, serve = cache.select, cache.response_logits
+
+    def recorded_select(*a):
+        q = select(*a)
+        trace[-1][1] = q.clone()
+        return q
+
+    def recorded(x, block):
+        trace.append([x.clone(), None, None])
+        trace[-1][2] = serve(x, block).clone()
+        return trace[-1][2]
+
+    cache.select, cache.response_logits = recorded_select, recorded
+    out = decode(model, sampler, cache, prompt, gen_len, torch.Generator().manual_seed(0))
+    return out.response, trace
+
+
+CASES = {  # blocks of at most current_k: dlmpipe's guarantee (step 5) adds nothing
+    "defaults-one-block": dict(block_length=16, rollout_p=0.1, current_k=32, sigma=10.0, inflate_w=0),
+    "semi-ar-inflate": dict(block_length=8, rollout_p=0.1, current_k=8, sigma=10.0, inflate_w=4),
+    "k-two-blocks": dict(block_length=4, rollout_p=0.3, current_k=8, sigma=3.0, inflate_w=2),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("rule", ["paper", "released"])
+@pytest.mark.parametrize("case", list(CASES))
+@torch.inference_mode()
+def test_step_parity_with_the_released_algorithm(family, rule, case):
+    params = dict(CASES[case])
+    block_length = params.pop("block_length")
+    for seed in (0, 1):
+        model = tiny_backbone(family, seed=seed, n_layers=3)
+        prompt = random_prompt(7 + 4 * seed, seed)
+        gen_len = 16
+        ref_out, ref = released_decode(model, prompt, gen_len, block_length,
+                                       update_conf=rule == "paper", **params)
+        got_out, got = dlmpipe_trace(model, prompt, gen_len, block_length, rule=rule, **params)
+        assert len(got) == len(ref) == gen_len
+        partial = 0
+        for t, ((x, q, logits), (rx, rq, rlogits)) in enumerate(zip(got, ref)):
+            assert torch.equal(x, rx), (seed, t)
+            assert (q is None) == (rq is None), t
+            if q is not None:
+                assert torch.equal(q, rq), (seed, t, q.int(), rq.int())
+                partial += int(not q.all())
+            served = torch.isfinite(logits).all(-1)
+            # every masked row of the block has fresh logits, and they are the release's
+            masked = x[prompt.shape[0]:] == MASK_ID
+            assert served[masked].all() or not masked.any(), t
+            assert torch.allclose(logits[served], rlogits[served], atol=1e-4, rtol=1e-4), (seed, t)
+        assert torch.equal(got_out, ref_out)
+        assert partial >= gen_len // 2  # the cached path really ran
+
+
+@torch.inference_mode()
+def test_the_rules_differ_where_the_release_never_updates_its_confidences():
+    """The paper's confidence refresh changes selections somewhere (so the rule is not inert)."""
+    differs = False
+    for seed in range(3):
+        model = tiny_backbone("llada", seed=seed, n_layers=3)
+        prompt = random_prompt(9, seed)
+        kw = dict(block_length=16, rollout_p=0.1, current_k=4, sigma=3.0, inflate_w=0)
+        _, a = dlmpipe_trace(model, prompt, 16, rule="paper", **kw)
+        _, b = dlmpipe_trace(model, prompt, 16, rule="released", **kw)
+        differs |= any(qa is not None and (len(b) <= i or not torch.equal(qa, b[i][1]))
+                       for i, (_, qa, _) in enumerate(a))
+    assert differs
+
+
+# ---- the cached step on an unchanged sequence --------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+@torch.inference_mode()
+def test_a_cached_step_on_an_unchanged_sequence_returns_the_full_forward_logits(family):
+    model = tiny_backbone(family, seed=5, n_layers=3)
+    prompt = random_prompt(11, 5)
+    G = 16
+    x = torch.cat([prompt, torch.full((G,), MASK_ID)])
+    x[11 + 3] = 7  # some decoded tokens too
+    x[11 + 9] = 12
+    cache = build_cache({"name": "d2cache", "current_k": 3}, model)
+    cache.begin(x, 11)
+    full = full_response_logits(model, x, 11)
+    first = cache.response_logits(x, (0, 8))
+    assert torch.allclose(first, full, atol=1e-5)
+    for _ in range(2):
+        cached = cache.response_logits(x, (0, 8))
+        served = torch.isfinite(cached).all(-1)
+        assert 0 < served.sum() < G and cache.stats.cached_forwards > 0
+        assert torch.allclose(cached[served], full[served], atol=1e-5)
+
+
+# ---- rollout and attention maps ----------------------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+@torch.inference_mode()
+def test_rollout_equals_the_product_of_full_attention_matrices(family):
+    """After a full forward the cache's rollout importance equals the column sums of
+    prod_l normalise(mean_h A_l + I), with A_l taken from explicit full attention matrices."""
+    model = tiny_backbone(family, seed=6, n_layers=3)
+    cfg = model.cfg
+    prompt = random_prompt(10, 6)
+    x = torch.cat([prompt, torch.full((8,), MASK_ID)])
+    cache = build_cache({"name": "d2cache"}, model)
+    cache.begin(x, 10)
+    cache.response_logits(x, (0, 8))
+    T = x.shape[0]
+    cos, sin = model.rope(torch.arange(T))
+    h = model.embed(x[None])
+    product = torch.eye(T, dtype=torch.float64)
+    for blk in model.blocks:
+        normed = blk.attn_norm(h)
+        q = model.apply_rope(blk.q_proj(normed).view(1, T, cfg.n_heads, -1).transpose(1, 2), cos, sin)
+        k = model.apply_rope(blk.k_proj(normed).view(1, T, cfg.n_kv_heads, -1).transpose(1, 2), cos, sin)
+        v = blk.v_proj(normed).view(1, T, cfg.n_kv_heads, -1).transpose(1, 2)
+        k = k.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, dim=1)
+        v = v.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, dim=1)
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(cfg.head_dim), -1)
+        assert torch.allclose(model.attention_probs(q, k[:, ::cfg.n_heads // cfg.n_kv_heads]),
+                              a.mean(1), atol=1e-6)
+        h = h + blk.attn_out((a @ v).transpose(1, 2).reshape(1, T, -1))
+        h = h + blk.ffn(h)
+        r = a[0].mean(0).double() + torch.eye(T, dtype=torch.float64)
+        product = (r / r.sum(-1, keepdim=True)) @ product
+    assert torch.allclose(cache.importance.double(), product.sum(0), atol=1e-5)
+
+
+def test_the_certainty_density_equals_the_release_fft_form():
+    g = torch.Generator().manual_seed(0)
+    for length in (1, 5, 16, 40):
+        w = density_weights(length, 4.0, "cpu")
+        for _ in range(4):
+            decoded = torch.rand(length, generator=g) < 0.4
+            for last in (True, False):
+                decoded[-1] = last
+                assert torch.allclose(certainty_density(decoded, w), fft_density(decoded, 4.0), atol=1e-5)
