@@ -1,4 +1,4 @@
-"""d2Cache (docs/METHODS.md §2.8): step-level parity with a plain re-statement of the released
+"""d2Cache (docs/METHODS.md §2.7): step-level parity with a plain re-statement of the released
 algorithm on tiny checkpoints of both families, the cached step on an unchanged sequence, the
 attention rollout against a direct computation, and the certainty density against the
 release's FFT form.
@@ -146,7 +146,7 @@ class Released:
 
 def released_decode(model, prompt, gen_len, block_length, guarantee=False, **params):
     """Low-confidence decoding, one token per step within blocks, over ``Released``;
-    ``guarantee``: with dlmpipe's addition (docs/METHODS.md §2.8), the logit rows of the current
+    ``guarantee``: with dlmpipe's addition (docs/METHODS.md §2.7), the logit rows of the current
     block's masked positions get queries too."""
     P = prompt.shape[0]
     x = torch.cat([prompt, torch.full((gen_len,), MASK_ID)])

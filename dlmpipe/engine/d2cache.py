@@ -1,4 +1,4 @@
-"""d2Cache, dual adaptive caching (docs/METHODS.md §2.8).
+"""d2Cache, dual adaptive caching (docs/METHODS.md §2.7).
 
 After the first (full) forward, every forward gives queries only to the rows the previous step
 selected; their fresh K/V overwrite their rows of the shared ``KVBuffer`` and they attend over
