@@ -103,8 +103,7 @@ class D2Cache(RowKVCache):
         self.weights = density_weights(g, self.sigma, dev)
         self.conf = torch.zeros(g, device=dev)         # cached confidence of each position
         self.importance = torch.zeros(n, device=dev)   # rollout column sums, last forward
-        self.rollout = torch.empty((n, n), device=dev)
-        self.eye = torch.eye(n, device=dev)
+        self.rollout = torch.empty((n, n), device=dev)  # M, float32, reset per forward
         self.prev_x = x.clone()
         self.prev_block: tuple[int, int] | None = None
         self.due: Tensor | None = None
@@ -191,7 +190,7 @@ class D2Cache(RowKVCache):
         rope = m.rope(positions)
         h = m.embed(x[None] if every else x[rows][None])
         rollout = self.rollout
-        rollout.copy_(self.eye)
+        rollout.zero_().diagonal().fill_(1.0)
         diag = torch.arange(positions.numel(), device=x.device)
         for i in range(m.cfg.n_layers):
             q, k, v = m.qkv(i, h, rope)
