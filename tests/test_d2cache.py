@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from dlmpipe.decode import decode
-from dlmpipe.engine.d2cache import certainty_density, density_weights
+from dlmpipe.engine.d2cache import certainty_density, density_weights, inflate, nucleus
 from dlmpipe.engine.full import full_response_logits
 from dlmpipe.methods import build_cache, build_sampler
 
@@ -336,3 +336,21 @@ def test_the_certainty_density_equals_the_release_fft_form():
             for last in (True, False):
                 decoded[-1] = last
                 assert torch.allclose(certainty_density(decoded, w), fft_density(decoded, 4.0), atol=1e-5)
+
+
+def test_nucleus_and_inflation_edge_rules():
+    scores = torch.tensor([0.5, 3.0, 1.0, 0.0, 4.0, 2.0])
+    every = torch.ones(6, dtype=torch.bool)
+    # mass 0.1 reaches no element: the best candidate alone (min_k 1), never a non-candidate
+    assert nucleus(scores, 0.1, every).tolist() == [False, False, False, False, True, False]
+    no_best = every.clone()
+    no_best[4] = False
+    assert nucleus(scores, 0.1, no_best).nonzero().flatten().tolist() == [1]
+    # cumulative mass <= p: 4/10.5 + 3/10.5 = 0.667 <= 0.7 < 0.857
+    assert nucleus(scores, 0.7, every).nonzero().flatten().tolist() == [1, 4]
+    # p = 1: every candidate, zero scores included, nothing else
+    assert torch.equal(nucleus(scores, 1.0, no_best), no_best)
+    q = torch.tensor([1, 0, 0, 1, 0, 0, 0, 0, 1, 0], dtype=torch.bool)
+    # gaps: 1-2 (span 3 <= 3) filled; 4-7 (span 5) not; nothing before the first or after the last
+    assert inflate(q, 3).int().tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 1, 0]
+    assert inflate(q, 5).int().tolist() == [1, 1, 1, 1, 1, 1, 1, 1, 1, 0]

@@ -19,7 +19,7 @@ from the state the previous step left (the release does it at the end of a step)
 5. (dlmpipe) the logit rows of the masked positions the next update may decode (the current
    block's, or the sampler's due positions) are always added, so every sampler reading masked
    rows gets fresh logits (registry rows ``masked_rows``); a no-op where the release's selection
-   already covers them (blocks of at most ``current_k``, semi-autoregressive).
+   already covers them (semi-autoregressive blocks with ``current_k`` a multiple of their length).
 
 The cached confidence (``rule``): ``paper`` refreshes it at every recomputed masked position with
 the top-1 probability of its fresh logits; ``released`` keeps the first forward's values (the
