@@ -109,7 +109,7 @@ def test_unknown_sampler_is_one_message_not_a_cascade(tiny_config):
         check_config(config)
     assert err.value.problems == [
         "methods.archer.sampler.name: unknown sampler 'sabre'; known: llada_confidence, saber, "
-        "threshold, factor, random_order, dream"]
+        "threshold, factor, random_order, dream, certainty_prior, pc_sampler"]
 
 
 def test_defaults_are_filled_from_the_schema(tiny_config):
@@ -119,7 +119,8 @@ def test_defaults_are_filled_from_the_schema(tiny_config):
         "max_steps_per_block": 1024}
     assert config["methods"]["archer"]["cache"] == {"name": "archer", "K": 8, "refresh": "distance", "A": 8}
     assert config["methods"]["llada-confidence"]["sampler"] == {
-        "name": "llada_confidence", "block_length": None, "steps": None, "temperature": 0}
+        "name": "llada_confidence", "block_length": None, "steps": None, "temperature": 0,
+        "confidence": "probability"}
     assert config["backbones"]["toy"]["dtype"] == "float32" and config["backbones"]["toy"]["chat"] is False
     assert config["resources"]["generate"]["mem_mb"] > 0
     assert config["sandbox"] is None  # DLMPIPE_SANDBOX, else bwrap (dlmpipe.scoring.levels)
