@@ -442,3 +442,49 @@ def test_captured_scoring_decodes_the_eager_tokens(monkeypatch, family, corpus_f
             want = decode(model, e_s, e_c, prompt, GEN, torch.Generator().manual_seed(i))
             assert torch.equal(got.response, want.response), spec
         assert s.scoring.captures == 1, spec
+
+
+@pytest.fixture(scope="module")
+def small_toy(tmp_path_factory):
+    """A toy checkpoint (its tokenizer, LLaDA's format) after one training step: seconds."""
+    from dlmpipe.backbones.toy import train_toy
+
+    out = tmp_path_factory.mktemp("toy")
+    train_toy(out, steps=1, batch_size=2, d_model=32, n_layers=1, n_heads=2, mlp_hidden=64,
+              threads=1, log=lambda *_: None)
+    return out
+
+
+def test_a_reference_corpus_from_texts_calibrates_the_toy(tmp_path, small_toy):
+    """``dlmpipe reference-corpus`` counts JSON-lines texts with a backbone's tokenizer into the
+    released format (the released counting script's rule: the keys' strings, each followed by a
+    space, no special tokens); PC-Sampler decodes the toy with it."""
+    from dlmpipe.backbones import load_backbone
+    from dlmpipe.backbones.tokenizer import load_tokenizer
+    from dlmpipe.cli import main
+
+    toy_checkpoint = small_toy
+    toy = load_backbone(small_toy).model
+
+    lines = [{"question": "1+2=", "answer": "3"}, {"question": "def f(x): return x"},
+             {"other": "not counted"}, {"question": 7, "answer": "12 + 30 = 42"}]
+    data = tmp_path / "texts.jsonl"
+    data.write_text("\n".join(json.dumps(obj) for obj in lines) + "\n\n")
+    out = tmp_path / "corpus.json"
+    assert main(["reference-corpus", "--checkpoint", str(toy_checkpoint), "--input", str(data),
+                 "--keys", "question,answer", "--out", str(out)]) == 0
+    tok = load_tokenizer(toy_checkpoint)
+    texts = ["1+2= 3 ", "def f(x): return x ", "12 + 30 = 42 "]
+    want = reference_corpus(tok.encode(t, add_special_tokens=False) for t in texts)
+    num_token, counts = load_reference_corpus(out)
+    assert (num_token, counts) == (want["num_token"],
+                                   {int(t): c for t, c in want["p_baseline_dict"].items()})
+    assert json.loads(out.read_text())["metadata"]["keys"] == ["question", "answer"]
+    prompt = torch.tensor(tok.encode("1+2=", add_special_tokens=False))
+    spec = {"name": "pc_sampler", "baseline_name": str(out), "block_length": 8, "steps": 16}
+    result = decode(toy, *build_method({"sampler": spec, "cache": NONE}, toy), prompt, GEN)
+    assert (result.response != toy.cfg.mask_id).all() and result.stats["steps"] == 16
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    assert main(["reference-corpus", "--checkpoint", str(toy_checkpoint), "--input", str(bad),
+                 "--keys", "question", "--out", str(tmp_path / "x.json")]) == 2

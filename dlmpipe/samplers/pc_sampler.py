@@ -43,6 +43,28 @@ def reference_corpus(token_ids: Iterable[Iterable[int]]) -> dict:
             "p_baseline_dict": {str(t): c for t, c in sorted(counts.items())}}
 
 
+def count_jsonl(paths: Iterable[str | Path], keys: list[str], encode) -> dict:
+    """A reference corpus from JSON-lines files, as the released counting script reads them:
+    per line, the string values of ``keys`` (in that order, each followed by a space) are encoded
+    by ``encode`` (the backbone tokenizer's, without special tokens); lines with none of them
+    count nothing. Returns the released format (``reference_corpus``)."""
+    def documents():
+        for path in paths:
+            with open(path, encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        obj = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{path}:{number}: not a JSON line ({e})") from None
+                    text = "".join(f"{obj[k]} " for k in keys
+                                   if isinstance(obj, dict) and isinstance(obj.get(k), str))
+                    if text:
+                        yield encode(text)
+    return reference_corpus(documents())
+
+
 def load_reference_corpus(path: str | Path) -> tuple[int, dict[int, int]]:
     """``(num_token, {token id: count})`` from a reference-corpus JSON file (the released
     ``data/baseline/reference_corpus*.json`` format; the counts may also be under
