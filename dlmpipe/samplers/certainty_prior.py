@@ -74,13 +74,14 @@ class CertaintyPriorSampler(LLaDAConfidence):
         self.sigma = float(sigma)
         if math.isnan(self.sigma) or self.sigma <= 0:
             raise ValueError(f"sigma must be > 0 or inf (got {sigma})")
-        self.prior: CertaintyPrior | None = None
+        self.prior: CertaintyPrior | None = None  # kept across samples of the same length
+        self.prior_key: tuple | None = None
 
     def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
         super().begin(prompt_len, gen_len, mask_id, generator, device)
-        prior = self.prior
-        if prior is None or prior.gen_len != gen_len or prior.weights.device != self.device:
+        if self.prior is None or self.prior_key != (gen_len, self.device):
             self.prior = CertaintyPrior(gen_len, self.sigma, self.device)
+            self.prior_key = (gen_len, self.device)
             self.state_version += 1  # a captured scoring step must see the new weights
 
     def _score(self, logits: Tensor, response: Tensor, *noise: Tensor) -> tuple[Tensor, Tensor]:
