@@ -25,6 +25,7 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
+from .base import to_device
 from .llada_confidence import ScoredSchedule, token_confidence
 
 #: inside the released calibration's logarithm
@@ -104,10 +105,19 @@ class PCSampler(ScoredSchedule):
     def __init__(self, *, lambd: float, alpha: float, baseline_name: str | None, **schedule):
         super().__init__(**schedule)
         self.lambd, self.alpha, self.baseline_name = lambd, alpha, baseline_name
-        self.corpus = load_reference_corpus(baseline_name) if baseline_name is not None else None
         self.weights: Tensor | None = None      # [G] position weights
         self.weights_key: tuple | None = None
-        self.calibration: Tensor | None = None  # [V] -log(f + eps), with a corpus
+        # with a corpus: -log(f + eps) of the token ids up to one past the largest one counted
+        # (built here, on the host, so that no step copies it); every larger id is not listed
+        # either and reads the last entry, the background's
+        self.table: Tensor | None = None
+        self.calibration: Tensor | None = None  # the table on the model's device
+        if baseline_name is not None:
+            num_token, counts = load_reference_corpus(baseline_name)
+            self.max_id = max(counts, default=-1)
+            prior = frequency_prior(num_token, counts, self.max_id + 2)
+            self.table = -torch.log(prior + EPSILON)
+            self.vocab_checked: int | None = None
 
     def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
         super().begin(prompt_len, gen_len, mask_id, generator, device)
@@ -116,18 +126,22 @@ class PCSampler(ScoredSchedule):
             # the released code weights positions from the block's start (the same ranking as
             # from the response's start, without underflow in late blocks; §1.7)
             offsets = torch.arange(gen_len, dtype=torch.float64) % self.block_length
-            self.weights = torch.exp(-self.lambd * offsets).to(self.device)
+            self.weights = to_device(torch.exp(-self.lambd * offsets), self.device)
             self.weights_key = key
             self.state_version += 1  # a captured scoring step must see the new weights
+        if self.table is not None and (self.calibration is None
+                                       or self.calibration.device != self.weights.device):
+            self.calibration = to_device(self.table, self.device)
+            self.state_version += 1
 
     def step(self, x: Tensor, logits: Tensor) -> None:
-        if self.corpus is not None:
-            V = logits.shape[-1]
-            if (self.calibration is None or self.calibration.shape[0] != V
-                    or self.calibration.device != logits.device):
-                prior = frequency_prior(*self.corpus, V, logits.device)
-                self.calibration = -torch.log(prior + EPSILON)
-                self.state_version += 1
+        vocab = logits.shape[-1]  # host metadata: no read
+        if self.table is not None and self.vocab_checked != vocab:
+            if self.max_id >= vocab:
+                raise ValueError(f"pc_sampler: the reference corpus counts token ids up to "
+                                 f"{self.max_id}, beyond the model's vocabulary of {vocab} (a "
+                                 f"corpus of another tokenizer?)")
+            self.vocab_checked = vocab
         super().step(x, logits)
 
     def _score(self, logits: Tensor, response: Tensor, *noise: Tensor) -> tuple[Tensor, Tensor]:
@@ -135,6 +149,7 @@ class PCSampler(ScoredSchedule):
         x0 = self._tokens(logits, noise)
         salience = token_confidence(logits, x0, "probability", self.temperature)
         if self.calibration is not None:
-            salience = salience * self.calibration[x0]
+            last = self.calibration.shape[0] - 1
+            salience = salience * self.calibration[x0.clamp_max(last)]
         score = self.weights * torch.clamp_max(salience, self.alpha)
         return x0, score.masked_fill(response != self.mask_id, float("-inf"))
