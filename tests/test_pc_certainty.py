@@ -320,7 +320,7 @@ def test_certainty_density_sides_and_constant_limit():
     last = torch.zeros(G, dtype=torch.bool)
     last[-1] = True
     with_last = certainty_density(last, 2.0)
-    assert with_last[-1] > with_last[-2] > none[-2]  # the right side counts once the last is decoded
+    assert with_last[-1] > with_last[-2] > none[-2]  # right side: once the last is decoded
     batch = torch.stack([torch.zeros(G, dtype=torch.bool), last])
     assert torch.equal(certainty_density(batch, 2.0), torch.stack([none, with_last]))
     for decoded in (torch.zeros(G, dtype=torch.bool), last, torch.rand(G) < 0.5):

@@ -1,4 +1,4 @@
-"""PC-Sampler: position-aware calibration of decoding bias (Huang et al. 2025; docs/METHODS.md §1.7).
+"""PC-Sampler, position-aware calibration of decoding bias (Huang et al.; docs/METHODS.md §1.7).
 
 On LLaDA's blocks and schedule, each masked position of the block is scored
 
