@@ -149,11 +149,20 @@ def _registry(*components: Component) -> dict[str, Component]:
     return {c.name: c for c in components}
 
 
+#: which confidence of the model's token ranks the masked positions (llada_confidence,
+#: certainty_prior; docs/METHODS.md §1.1)
+CONFIDENCE = choice(["probability", "maskgit_plus", "topk_margin", "entropy"], "probability",
+                    "probability: LLaDA's, the token's softmax probability; as Dream's alg, on "
+                    "softmax(logits / temperature): maskgit_plus the token's probability (equal "
+                    "to probability at temperature 0), topk_margin top-1 minus top-2, entropy "
+                    "the negative entropy")
+
+
 SAMPLERS = _registry(
     Component(
         "llada_confidence", "dlmpipe.samplers.llada_confidence:LLaDAConfidence",
         "LLaDA low-confidence remasking (blocks, uniform unmasking schedule)", "masked_rows",
-        LLADA_SCHEDULE,
+        {**LLADA_SCHEDULE, "confidence": CONFIDENCE},
         checks=(blocks_tile_response, steps_split_over_blocks)),
     Component(
         "saber", "dlmpipe.samplers.saber:Saber",
@@ -214,6 +223,37 @@ SAMPLERS = _registry(
                                      "replacement with probabilities softmax(confidence / alg_temp)",
                       "anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}],
                       "default": None}}),
+    Component(
+        "certainty_prior", "dlmpipe.samplers.certainty_prior:CertaintyPriorSampler",
+        "certainty-prior decoding (d2Cache): LLaDA's schedule, masked positions ranked by "
+        "confidence x Gaussian density of the decoded positions around them", "masked_rows",
+        {**LLADA_SCHEDULE, "confidence": CONFIDENCE,
+         "sigma": {"description": "width of the Gaussian certainty density (d2Cache's default "
+                                  "10; smaller: closer to left to right; inf: a constant prior, "
+                                  "equal to llada_confidence)",
+                   "anyOf": [{"type": "number", "exclusiveMinimum": 0},
+                             {"enum": ["inf", math.inf]}],
+                   "default": 10.0}},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
+    Component(
+        "pc_sampler", "dlmpipe.samplers.pc_sampler:PCSampler",
+        "PC-Sampler: LLaDA's schedule, masked positions ranked by exp(-lambd * offset in the "
+        "block) x min(p * -log f(token), alpha), f a reference corpus's token frequencies",
+        "masked_rows",
+        {**LLADA_SCHEDULE,
+         "lambd": number(0.25, "position-aware weight exp(-lambd * offset) (released 0.25; 0: "
+                               "no position bias)"),
+         "alpha": number(10, "clip of the calibrated confidence (released 10)",
+                         exclusive_minimum=True),
+         "baseline_name": {"description": "reference corpus JSON (the released format: "
+                                          "num_token, p_baseline_dict) for the calibration, "
+                                          "tokenized by the backbone's tokenizer; null: no "
+                                          "calibration (min(p, alpha)). The released default, "
+                                          "PC-Sampler's data/baseline/reference_corpus.json "
+                                          "(LLaDA's tokenizer), is not shipped",
+                           "anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}],
+                           "default": None}},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
 )
 
 _REFRESH_INTERVAL_OR_NULL = positive_or_null(

@@ -156,7 +156,8 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
     prompt = random_prompt(9, 3)
     samplers = {"llada_confidence": {"block_length": 8}, "saber": {"block_length": 8},
                 "threshold": {"block_length": 8}, "factor": {"block_length": 8},
-                "random_order": {"block_length": 8}, "dream": {"alg": "entropy"}}
+                "random_order": {"block_length": 8}, "dream": {"alg": "entropy"},
+                "certainty_prior": {"block_length": 8}, "pc_sampler": {"block_length": 8}}
     assert set(samplers) == set(registry.SAMPLERS)
     refused = set()
     for s_name, s_params in samplers.items():

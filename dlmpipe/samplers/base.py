@@ -2,7 +2,7 @@
 
 A sampler keeps its per-step state on the model's device (``begin``'s ``device``) and reads
 nothing back to the host inside a step except what its decision needs (docs/ARCHITECTURE.md,
-performance shape): LLaDA confidence and random order need nothing, Saber and the parallel
+performance shape): LLaDA confidence, certainty prior, PC-Sampler and random order need nothing, Saber and the parallel
 samplers read one small tensor per step. Random numbers are drawn on the CPU from the sample's
 generator (the same tokens on every device) and copied to the device without a host sync.
 """
@@ -23,7 +23,8 @@ class Sampler(ABC):
 
     def use_compile(self, mode: str) -> None:
         """How the sampler's fixed-shape per-step work runs (dlmpipe/graphs.py; the campaign key
-        ``compile``); samplers without such a step (all but LLaDA confidence) run eagerly."""
+        ``compile``); samplers without such a step run eagerly (those with one: the samplers
+        scoring on LLaDA's schedule, LLaDA confidence, certainty prior and PC-Sampler)."""
         self.compile_mode = check_mode(mode)
 
     def begin(self, prompt_len: int, gen_len: int, mask_id: int,
