@@ -133,6 +133,9 @@ class Component:
     #: params, backbones.identity.BackboneIdentity) -> the concrete value (ValueError, saying
     #: why, when none fits); a function may keep "auto" where the parameter is unused
     auto: dict[str, Callable[[dict, object], object]] = field(default_factory=dict)
+    #: sampler: reads shadow rows (WINO's verification queries, ``Sampler.shadow_block``); cache:
+    #: computes them (``Cache.note_shadow_block``, engine/shadow.py)
+    shadow_rows: bool = False
     #: cache: keeps a prompt snapshot whose next refresh can be forced or withheld
     #: (``Cache.force_next``), which the matched-state intervention needs (docs/ANALYSES.md)
     feedback_intervention: bool = False
@@ -214,6 +217,25 @@ SAMPLERS = _registry(
                                      "replacement with probabilities softmax(confidence / alg_temp)",
                       "anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}],
                       "default": None}}),
+    Component(
+        "wino", "dlmpipe.samplers.wino:Wino",
+        "WINO revokable decoding: per block, wide-in unmasks every mask with confidence >= wide_in, "
+        "narrow-out re-masks decoded tokens whose shadow-block verification is < narrow_out",
+        "masked_rows",
+        {"wide_in": number(0.6, "unmask every masked position of the block with confidence >= "
+                                "wide_in (the most confident always; WINO's released default 0.6, "
+                                "0.5-0.8 per task)", maximum=1),
+         "narrow_out": number(0.9, "re-mask decoded tokens whose verification confidence is < "
+                                   "narrow_out, at most (unmasked this step) - 1 (released 0.9; 0 "
+                                   "never re-masks)", maximum=1),
+         "block_length": positive_or_null(128, "null means gen_length (one block); WINO uses 128"),
+         "temperature": TEMPERATURE,
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: the rule above over the whole block; released: d2Cache's WINO, "
+                        "which caps wide-in at clamp(floor(0.7 m), 5, 20) and narrows the "
+                        "verification window in place to the span of the positions masked at "
+                        "every earlier step")},
+        checks=(blocks_tile_response,), shadow_rows=True),
 )
 
 _REFRESH_INTERVAL_OR_NULL = positive_or_null(
@@ -223,7 +245,7 @@ _REFRESH_INTERVAL_OR_NULL = positive_or_null(
 
 CACHES = _registry(
     Component("none", "dlmpipe.engine.full:FullRecompute",
-              "full recompute every step (the exactness reference)", "all_rows"),
+              "full recompute every step (the exactness reference)", "all_rows", shadow_rows=True),
     Component(
         "archer", "dlmpipe.engine.archer:ArcherCache",
         "prompt K/V reuse with state-anchored refresh", "all_rows",
@@ -233,7 +255,7 @@ CACHES = _registry(
          "refresh": choice(["distance", "age"], "distance",
                            "distance (Hamming distance to the anchor >= K) or age (every A updates)"),
          "A": integer(8, "refresh age for refresh=age")},
-        feedback_intervention=True),
+        feedback_intervention=True, shadow_rows=True),
     Component(
         "fast_dllm_prefix", "dlmpipe.engine.fast_dllm:FastDLLMPrefixCache",
         "Fast-dLLM prefix cache: a full forward at each block start; later steps recompute the "
@@ -319,10 +341,14 @@ def lookup(kind: str, name: str) -> Component:
 
 def pairing_problem(sampler: str, cache: str) -> str | None:
     """Why ``cache`` cannot serve ``sampler`` (it leaves rows stale that the sampler reads)."""
-    needs, gives = lookup("sampler", sampler).rows, lookup("cache", cache).rows
-    if not serves(gives, needs):
-        return (f"cache {cache!r} gives fresh logits only for {ROWS_MEANING[gives]}; sampler "
-                f"{sampler!r} reads {ROWS_MEANING[needs]} at every step")
+    s, c = lookup("sampler", sampler), lookup("cache", cache)
+    if not serves(c.rows, s.rows):
+        return (f"cache {cache!r} gives fresh logits only for {ROWS_MEANING[c.rows]}; sampler "
+                f"{sampler!r} reads {ROWS_MEANING[s.rows]} at every step")
+    if s.shadow_rows and not c.shadow_rows:
+        return (f"cache {cache!r} does not compute shadow rows; sampler {sampler!r} reads them at "
+                f"every step (WINO's verification queries: a masked copy of the block appended "
+                f"to the input, docs/ARCHITECTURE.md)")
     return None
 
 

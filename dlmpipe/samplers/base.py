@@ -60,6 +60,13 @@ class Sampler(ABC):
         The decode loop passes this to the cache (``Cache.note_due_positions``)."""
         return None
 
+    def shadow_block(self) -> tuple[int, int] | None:
+        """Response positions ``[lo, hi)`` whose leave-one-out verification logits the next
+        ``step`` reads (WINO's shadow block, docs/METHODS.md §1.6), or None (the default). The
+        decode loop passes this to the cache (``Cache.note_shadow_block``), which appends those
+        rows after the ``G`` response rows of the logits ``step`` receives."""
+        return None
+
     # -- revision bookkeeping shared by all samplers ------------------------------------
     def _track(self, response: Tensor) -> None:
         """Record first tokens and mark positions re-masked or replaced after holding one."""
