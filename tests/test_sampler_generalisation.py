@@ -25,6 +25,16 @@ def row(sampler: dict, reference: dict, cache: dict | None = None) -> tuple[dict
 
 # id -> (sampler at its degenerate setting, the sampler it generalises, cache)
 GENERALISES: dict[str, tuple[dict, dict, dict]] = {
+    # WINO never re-masking (narrow_out 0: no verification confidence is < 0) is Fast-dLLM's
+    # threshold rule: every mask with confidence >= tau, at least the most confident (0.03 on
+    # these 64-token models: some steps take one, some several, some the whole block)
+    "wino-narrow-out-0": row({"name": "wino", "wide_in": 0.03, "narrow_out": 0.0, "block_length": 8},
+                             {"name": "threshold", "tau": 0.03, "block_length": 8}),
+    # ... with Gumbel noise too: the same draws (the block's masked rows, in order)
+    "wino-narrow-out-0-noise": row({"name": "wino", "wide_in": 0.03, "narrow_out": 0.0,
+                                    "block_length": 8, "temperature": 0.7},
+                                   {"name": "threshold", "tau": 0.03, "block_length": 8,
+                                    "temperature": 0.7}),
 }
 
 
