@@ -260,18 +260,18 @@ CACHES = _registry(
         "fast_dllm_prefix", "dlmpipe.engine.fast_dllm:FastDLLMPrefixCache",
         "Fast-dLLM prefix cache: a full forward at each block start; later steps recompute the "
         "current block and every later position over cached prompt/earlier-block K/V",
-        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}),
+        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}, shadow_rows=True),
     Component(
         "fast_dllm_dual", "dlmpipe.engine.fast_dllm:FastDLLMDualCache",
         "Fast-dLLM dual cache: a full forward at each block start; later steps recompute only the "
         "current block over cached K/V of every other position",
-        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}),
+        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}, shadow_rows=True),
     Component(
         "dkv_decode", "dlmpipe.engine.dkv:DKVDecodeCache",
         "dKV-Cache decode (delayed caching of decoded tokens' K/V; steps 0 and 1 of a block full)",
         "masked_rows",
         {"refresh_interval": integer(8, "full forward every this many steps of a block (paper 8; "
-                                        "1 equals full recompute)")}),
+                                        "1 equals full recompute)")}, shadow_rows=True),
     Component(
         "dkv_greedy", "dlmpipe.engine.dkv:DKVGreedyCache",
         "dKV-Cache greedy: recompute only the tokens decoded since the last forward, the tokens "
@@ -279,7 +279,7 @@ CACHES = _registry(
         {"refresh_interval": integer(2, "full forward every this many steps of a block (paper 2; "
                                         "1 equals full recompute)"),
          "window": integer(4, "masked positions within this distance of a recomputed token are "
-                              "recomputed too (paper 4)", minimum=0)}),
+                              "recomputed too (paper 4)", minimum=0)}, shadow_rows=True),
     Component(
         "spa", "dlmpipe.engine.spa:SPACache",
         "SPA-Cache: per layer, recompute only the response rows whose identifier drifted most "
@@ -315,7 +315,7 @@ CACHES = _registry(
          "refresh_gen_steps": positive_or_null(7, "recompute the whole response (cached prompt) "
                                                   "every this many steps; null: never")},
         artifacts={"proxies": lambda params: params["identifier"] == "singular"},
-        auto={"profile": spa_profiles.profile_for}),
+        auto={"profile": spa_profiles.profile_for}, shadow_rows=True),
     Component(
         "dllm_cache", "dlmpipe.engine.dllm_cache:DLLMCache",
         "dLLM-Cache: prompt refresh every K_p steps, response refresh every K_r steps, in between "
@@ -323,7 +323,7 @@ CACHES = _registry(
         {"K_p": integer(50, "prompt refresh interval (K_p = K_r = 1 equals full recompute)"),
          "K_r": integer(7, "response refresh interval"),
          "rho": number(0.25, "fraction of response rows recomputed between response refreshes",
-                       maximum=1)}),
+                       maximum=1)}, shadow_rows=True),
 )
 
 KINDS = {"sampler": SAMPLERS, "cache": CACHES}

@@ -9,7 +9,8 @@ are unchanged, and each shadow row attends to every real row except the token it
 to every shadow row. Because nothing real attends to the shadow, the shadow rows can run next
 to any forward that has each layer's K/V of the real rows: ``layer`` advances them over the
 K/V the real rows attended to in that layer (fresh ones in a full forward, Archer's cached
-prompt K/V plus fresh response K/V in its cached forward).
+prompt K/V plus fresh response K/V in its cached forward, the row and selective caches' buffer
+as that layer's computed rows saw it), so they carry the cache's approximation, nothing more.
 
 Geometry, with ``s`` the family's logit shift (LLaDA 0, Dream 1: row j-1 gives token j's
 logits). The verification logits of block position ``lo + k`` are read from the shadow row at
