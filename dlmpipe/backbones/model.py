@@ -150,8 +150,8 @@ class Backbone(nn.Module):
         """Bidirectional attention of query rows over explicit key/value rows.
 
         ``q [B, H, Tq, hd]``, ``k, v [B, Hkv, Tk, hd]`` -> ``[B, Tq, H*hd]`` (before attn_out);
-        ``mask`` (bool ``[Tq, Tk]``, True = attends) only for extra query rows that must not see
-        some keys (WINO's shadow block, ``engine/shadow.py``).
+        ``mask`` (bool ``[Tq, Tk]``, True = attends): rows that must not see some keys, e.g. WINO's
+        shadow block written as one forward (docs/METHODS.md §1.6); the caches never pass one.
         Grouped-query attention (Dream: 28 query heads over 4 K/V heads) goes through SDPA's own
         GQA support, which reads each K/V head for its query group in place: no per-layer copy
         of the cached K/V to H heads (docs/ARCHITECTURE.md, performance shape).

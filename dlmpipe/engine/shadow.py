@@ -42,10 +42,11 @@ class ShadowRows:
         if s:
             ids[0] = x[lo - 1]  # the row before the block keeps its token
         n, rows = x.shape[0], positions.numel()
-        allowed = torch.ones(rows, n + rows, dtype=torch.bool, device=x.device)
+        # which real rows each shadow row attends to (it attends to every shadow row)
+        sees = torch.ones(rows, n, dtype=torch.bool, device=x.device)
         k = torch.arange(self.verified, device=x.device)
-        allowed[k, lo + k] = False  # the row verifying lo + k never sees that token
-        self.mask = allowed
+        sees[k, lo + k] = False  # the row verifying lo + k never sees that token
+        self.sees = sees
         self.rope = model.rope(positions)
         self.h = model.embed(ids[None])
 
@@ -54,9 +55,25 @@ class ShadowRows:
         (``[1, Hkv, N, hd]``, what the real rows attended to) and their own."""
         m = self.model
         q, k, v = m.qkv(i, self.h, self.rope)
-        o = m.attend(q, torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2), self.mask)
-        self.h = self.h + m.attn_output(i, o)
+        self.h = self.h + m.attn_output(i, self.attend(q, keys, values, k, v))
         self.h = self.h + m.ffn(i, self.h)
+
+    def attend(self, q: Tensor, keys: Tensor, values: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Softmax attention of the shadow queries ``q [1, H, S, hd]`` over the real K/V
+        (``sees``) and their own ``k, v [1, Hkv, S, hd]``, without copying the real K/V (a
+        concatenation would copy N rows per layer per step): the scores of both parts share
+        one softmax. Query head h reads K/V head h // (H / Hkv), as SDPA's GQA does."""
+        b, heads, s, hd = q.shape
+        kv_heads = keys.shape[1]
+        qg = q.reshape(b, kv_heads, heads // kv_heads * s, hd)
+        scale = hd ** -0.5
+        real = (qg @ keys.transpose(-1, -2)).float() * scale          # [1, Hkv, g*S, N]
+        own = (qg @ k.transpose(-1, -2)).float() * scale              # [1, Hkv, g*S, S]
+        real = real.masked_fill(~self.sees.repeat(heads // kv_heads, 1), float("-inf"))
+        w = torch.softmax(torch.cat([real, own], dim=-1), dim=-1)
+        n = keys.shape[2]
+        o = w[..., :n].to(values.dtype) @ values + w[..., n:].to(v.dtype) @ v
+        return o.reshape(b, heads, s, hd).transpose(1, 2).reshape(b, s, heads * hd)
 
     def logits(self) -> Tensor:
         """Verification logits ``[hi - lo, V]``: row k for block position ``lo + k``."""
