@@ -2,8 +2,8 @@
 
 A sampler keeps its per-step state on the model's device (``begin``'s ``device``) and reads
 nothing back to the host inside a step except what its decision needs (docs/ARCHITECTURE.md,
-performance shape): LLaDA confidence and random order need nothing, Saber and the parallel
-samplers read one small tensor per step. Random numbers are drawn on the CPU from the sample's
+performance shape): LLaDA confidence and random order need nothing, Saber, the parallel
+samplers and WINO read one small tensor per step. Random numbers are drawn on the CPU from the sample's
 generator (the same tokens on every device) and copied to the device without a host sync.
 """
 from __future__ import annotations
