@@ -325,3 +325,21 @@ def test_the_released_rule_caps_wide_in():
     s.step(x, hand([(t, 0.9 - 0.01 * t) for t in range(1, 9)], [(1, 0.5)] * 8))
     assert s.accepted_per_step == [5]
     assert x[HAND_PROMPT:].tolist() == [1, 2, 3, 4, 5] + [HAND_MASK] * 3
+
+
+# ---- the shadow probe (docs/ANALYSES.md) sees WINO's shadow rows too -------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_shadow_probe_compares_shadow_rows_and_archer_k1_never_disagrees(family):
+    from dlmpipe.decode import decode
+    from dlmpipe.probes.shadow import ShadowProbe
+
+    model = tiny_backbone(family, seed=0, scale=2.0)
+    spec = {"sampler": {"name": "wino", "block_length": 8, "wide_in": 0.2, "narrow_out": 0.9}}
+    for K in (1, 4):  # K = 4: the probe runs over cached steps; K = 1: nothing may differ
+        s, c = build_method({**spec, "cache": {"name": "archer", "K": K}}, model)
+        probe = ShadowProbe(rate=1.0, steps="all").start("0")
+        decode(model, s, c, random_prompt(9, 0), 16, observer=probe)
+        assert probe.records
+        if K == 1:
+            assert not any(r["action_differs"] for r in probe.records)
+            assert all(r["logit_drift_max"] == 0 for r in probe.records)
