@@ -478,7 +478,8 @@ def describe() -> str:
         lines.append(f"{kind}s:")
         for c in table.values():
             lines.append(f"  {c.name:18s} {c.description}")
-            lines.append(f"  {'':18s} {'reads' if kind == 'sampler' else 'serves'} {c.rows}")
+            lines.append(f"  {'':18s} {'reads' if kind == 'sampler' else 'serves'} {c.rows}"
+                         + (" + shadow rows" if c.shadow_rows else ""))
             for key, spec in c.params.items():
                 lines.append(f"  {'':18s}   {key} = {spec['default']!r}: {spec['description']}")
     return "\n".join(lines)

@@ -87,11 +87,9 @@ class Wino(Sampler):
         G, W, m = self.gen_len, hi - lo, self.remaining
         span = response[lo:hi]
         masked = span == self.mask_id
-        if self.released:
+        if self.released:  # check_can_generate's in-place AND (the mask lies inside the window)
             b0 = self.block[0]
             self.eligible[lo - b0:hi - b0] &= masked
-            self.eligible[:lo - b0] = False
-            self.eligible[hi - b0:] = False
         # wide-in over the window's masked positions, ascending (a stable sort puts them first
         # without reading their count back; it is known from the last step)
         candidates = torch.sort((~masked).to(torch.uint8), stable=True).indices[:m]
