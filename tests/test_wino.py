@@ -17,7 +17,7 @@ import torch
 
 from dlmpipe import registry
 from dlmpipe.decode import Decoding
-from dlmpipe.engine.shadow import ShadowRows
+from dlmpipe.engine.shadow import ShadowRows, shadow_inputs
 from dlmpipe.methods import build_cache, build_method
 from dlmpipe.samplers.wino import Wino, released_cap, wide_in_count
 
@@ -188,12 +188,12 @@ def test_a_verifying_row_never_sees_the_token_it_verifies(family):
     model = tiny_backbone(family, seed=6, n_layers=1, scale=1.0)
     P = 5
     x = torch.cat([random_prompt(P, 6), torch.randint(1, MASK_ID, (8,))])
-    base = ShadowRows(model, x, P, P + 8)
+    base = ShadowRows(model, *shadow_inputs(model, x, P, P + 8))
     model.hidden_states(x[None], base)
     for k in range(8):
         y = x.clone()
         y[P + k] = (x[P + k] % (MASK_ID - 1)) + 1
-        moved = ShadowRows(model, y, P, P + 8)
+        moved = ShadowRows(model, *shadow_inputs(model, y, P, P + 8))
         model.hidden_states(y[None], moved)
         assert torch.equal(moved.logits()[k], base.logits()[k]), k
         assert not torch.allclose(moved.logits()[(k + 1) % 8], base.logits()[(k + 1) % 8])
@@ -343,3 +343,26 @@ def test_the_shadow_probe_compares_shadow_rows_and_archer_k1_never_disagrees(fam
         if K == 1:
             assert not any(r["action_differs"] for r in probe.records)
             assert all(r["logit_drift_max"] == 0 for r in probe.records)
+
+
+# ---- Archer's cached step with shadow rows stays capturable (dlmpipe/graphs.py) ---------------
+@pytest.mark.parametrize("family", FAMILIES)
+def test_archers_captured_shadow_step_decodes_the_eager_tokens(monkeypatch, family):
+    from dlmpipe import graphs
+    from dlmpipe.decode import decode
+
+    from .host_sync import replay_capture
+
+    monkeypatch.setitem(graphs.CAPTURE, "cpu", replay_capture)  # the CPU stand-in for a graph
+    model = tiny_backbone(family, seed=3, scale=2.0)
+    archer = {"name": "archer", "K": "inf"}
+    for rule in ("paper", "released"):
+        sampler = {"name": "wino", "block_length": 8, "wide_in": 0.2, "narrow_out": 0.9, "rule": rule}
+        s, c = build_method({"sampler": sampler, "cache": archer}, model, compile="cuda_graphs")
+        for i in range(2):
+            prompt = random_prompt(7, i)
+            want, _ = dlmpipe_states(model, sampler, archer, prompt, 16)
+            got = decode(model, s, c, prompt, 16, torch.Generator().manual_seed(i))
+            assert torch.equal(got.response, want[-1][7:]), (rule, i)
+        if rule == "paper":  # one shape (block length + shift shadow rows) for every step
+            assert c.cached_shadow_step.captures == 1

@@ -24,7 +24,7 @@ from ..backbones.model import Backbone
 from .base import Cache
 from ..graphs import StepRunner
 from .kv import KVBuffer
-from .shadow import ShadowRows, append, with_shadow
+from .shadow import ShadowRows, append, shadow_inputs, with_shadow
 
 
 def hamming_distance(a: Tensor, b: Tensor) -> Tensor:
@@ -46,10 +46,12 @@ class ArcherCache(Cache):
         self.refresh_distances: list[int | Tensor] = []
         self.shape: tuple[int, int] | None = None
         self.cached_step = StepRunner(self._cached_rows)
+        self.cached_shadow_step = StepRunner(self._cached_rows_with_shadow)
 
     def use_compile(self, mode: str) -> None:
         super().use_compile(mode)
         self.cached_step = StepRunner(self._cached_rows, mode)
+        self.cached_shadow_step = StepRunner(self._cached_rows_with_shadow, mode)
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
         super().begin(x, prompt_len)
@@ -112,12 +114,18 @@ class ArcherCache(Cache):
         return append(m.response_logits_from_rows(h[:, self.first_row:])[0], shadow)
 
     def _cached_forward(self, x: Tensor) -> Tensor:
-        if self.shadow is not None:
-            # the shadow rows' block moves, so this step runs eagerly (not captured)
-            shadow = with_shadow(self.model, x, self.prompt_len, self.shadow)
-            return append(self._cached_rows(x[self.first_row:], shadow), shadow)
         state = (self.shape, self.kv.keys.data_ptr(), self.rope_rows[0].data_ptr())
+        if self.shadow is not None:  # the shadow rows' inputs are tensors: the step stays capturable
+            lo, hi = self.shadow
+            shadow = shadow_inputs(self.model, x, self.prompt_len + lo, self.prompt_len + hi)
+            return self.cached_shadow_step(x[self.first_row:], *shadow, state_key=state)
         return self.cached_step(x[self.first_row:], state_key=state)
+
+    def _cached_rows_with_shadow(self, rows: Tensor, *shadow: Tensor) -> Tensor:
+        """``_cached_rows`` with WINO's shadow rows (``shadow_inputs``) attending next to them;
+        their verification logits follow the response logits."""
+        rows_of_shadow = ShadowRows(self.model, *shadow)
+        return append(self._cached_rows(rows, rows_of_shadow), rows_of_shadow)
 
     def _cached_rows(self, rows: Tensor, shadow: ShadowRows | None = None) -> Tensor:
         """Run only rows [first_row, N) (token ids ``rows``) through every layer over cached

@@ -30,24 +30,28 @@ from torch import Tensor
 from ..backbones.model import Backbone
 
 
-class ShadowRows:
-    """The shadow rows of one forward over the sequence ``x [N]`` for absolute block rows
-    ``[lo, hi)``; ``layer`` once per layer in order, then ``logits``."""
+def shadow_inputs(model: Backbone, x: Tensor, lo: int, hi: int) -> tuple[Tensor, ...]:
+    """The shadow rows of absolute block rows ``[lo, hi)`` over the sequence ``x [N]``: their
+    token ids ``[S]``, RoPE tables ``cos, sin [S, hd]`` and which real rows each attends to
+    (``sees [S, N]``); ``S = hi - lo + shift``. Tensors only, so a captured step can take them."""
+    s = int(model.cfg.logit_shift)
+    positions = torch.arange(lo - s, hi, device=x.device)
+    ids = torch.full((positions.numel(),), model.cfg.mask_id, dtype=x.dtype, device=x.device)
+    if s:
+        ids[0] = x[lo - 1]  # the row before the block keeps its token
+    sees = torch.ones(positions.numel(), x.shape[0], dtype=torch.bool, device=x.device)
+    k = torch.arange(hi - lo, device=x.device)
+    sees[k, lo + k] = False  # the row verifying lo + k never sees that token
+    return (ids, *model.rope(positions), sees)
 
-    def __init__(self, model: Backbone, x: Tensor, lo: int, hi: int):
-        s = int(model.cfg.logit_shift)
-        self.model, self.verified = model, hi - lo
-        positions = torch.arange(lo - s, hi, device=x.device)
-        ids = torch.full((positions.numel(),), model.cfg.mask_id, dtype=x.dtype, device=x.device)
-        if s:
-            ids[0] = x[lo - 1]  # the row before the block keeps its token
-        n, rows = x.shape[0], positions.numel()
-        # which real rows each shadow row attends to (it attends to every shadow row)
-        sees = torch.ones(rows, n, dtype=torch.bool, device=x.device)
-        k = torch.arange(self.verified, device=x.device)
-        sees[k, lo + k] = False  # the row verifying lo + k never sees that token
-        self.sees = sees
-        self.rope = model.rope(positions)
+
+class ShadowRows:
+    """The shadow rows of one forward (inputs from ``shadow_inputs``); ``layer`` once per layer
+    in order, then ``logits``."""
+
+    def __init__(self, model: Backbone, ids: Tensor, cos: Tensor, sin: Tensor, sees: Tensor):
+        self.model, self.rope, self.sees = model, (cos, sin), sees
+        self.verified = ids.shape[0] - int(model.cfg.logit_shift)  # rows whose logits verify
         self.h = model.embed(ids[None])
 
     def layer(self, i: int, keys: Tensor, values: Tensor) -> None:
@@ -86,7 +90,7 @@ def with_shadow(model: Backbone, x: Tensor, prompt_len: int,
     if block is None:
         return None
     lo, hi = block
-    return ShadowRows(model, x, prompt_len + lo, prompt_len + hi)
+    return ShadowRows(model, *shadow_inputs(model, x, prompt_len + lo, prompt_len + hi))
 
 
 def append(logits: Tensor, shadow: ShadowRows | None) -> Tensor:
