@@ -123,7 +123,6 @@ class Wino(Sampler):
 
     def _end_step(self, response: Tensor, n_in: Tensor, n_out: Tensor) -> None:
         """The step's one host read: counts, masks left, and (released) the next window."""
-        lo, hi = self.window
         b0, b1 = self.block
         masked_now = response[b0:b1] == self.mask_id
         if self.released:
