@@ -238,7 +238,7 @@ def memory(ck, model, P: int, G: int, proxies) -> None:
     x[P + G // 2:] = model.cfg.mask_id
     specs = {"none": {}, "archer": {"K": "inf"}, "spa": {"rank": proxies.stored_rank},
              "dllm_cache": {}, "fast_dllm_prefix": {}, "fast_dllm_dual": {}, "dkv_decode": {},
-             "dkv_greedy": {}}
+             "dkv_greedy": {}, "d2cache": {}}
     assert set(specs) == set(registry.CACHES), "a new cache needs a memory row"
     mem = ck.data.setdefault("memory", {"weights_gib": weights / gib})
     for name, params in specs.items():

@@ -324,6 +324,26 @@ CACHES = _registry(
          "K_r": integer(7, "response refresh interval"),
          "rho": number(0.25, "fraction of response rows recomputed between response refreshes",
                        maximum=1)}, shadow_rows=True),
+    Component(
+        "d2cache", "dlmpipe.engine.d2cache:D2Cache",
+        "d2Cache (dual adaptive caching): after a full first forward, each step recomputes only the "
+        "masked tokens chosen by certainty prior, the tokens just decoded and the tokens chosen by "
+        "attention rollout, their K/V written back; every other row reuses its cached K/V",
+        "masked_rows",
+        {"rollout_p": number(0.1, "nucleus mass of the attention-rollout selection of the other "
+                                  "tokens (released 0.1; 1 selects every row: equals full recompute)",
+                             maximum=1),
+         "current_k": integer(32, "masked tokens selected by certainty prior per step (released 32)"),
+         "sigma": number(10.0, "width of the Gaussian density of decoded neighbours (released 10)",
+                         exclusive_minimum=True),
+         "inflate_w": integer(0, "fill unselected gaps of at most this width between selected rows; "
+                                 "0: none (released config 0; 4 recommended with semi-autoregressive "
+                                 "blocks)", minimum=0),
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: the cached confidence of a masked token is refreshed whenever its "
+                        "row is recomputed; released: the first forward's confidences are kept "
+                        "(the release's update writes into a copy and never takes effect)")},
+        shadow_rows=True),
 )
 
 KINDS = {"sampler": SAMPLERS, "cache": CACHES}

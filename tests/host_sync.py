@@ -150,6 +150,7 @@ CACHE_READS = {
     "dkv_greedy": ({"name": "dkv_greedy"}, 1, 1),
     "spa": ({"name": "spa", "rank": 8, "refresh_gen_steps": 3}, 0, 0),
     "dllm_cache": ({"name": "dllm_cache", "K_r": 3}, 0, 0),
+    "d2cache": ({"name": "d2cache", "current_k": 4}, 0, 1),  # the selected rows' count
 }
 
 

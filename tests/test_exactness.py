@@ -64,6 +64,10 @@ DEGENERATE = {
     "spa-value/saber": row(SABER, {**SPA_EXACT, "identifier": "value"}, recompute_fraction=1.0),
     "dllm_cache-rho0.25/llada": row(LLADA_BLOCKS, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 0.25},
                                     recompute_fraction=1.0),
+    # d2Cache: rollout_p 1 selects every row, so every forward after the first is full
+    "d2cache-p1/llada": row(LLADA_BLOCKS, {"name": "d2cache", "rollout_p": 1.0, "current_k": 4}),
+    "d2cache-p1-inflate/threshold": row({"name": "threshold", "tau": 0.5, "block_length": 8},
+                                        {"name": "d2cache", "rollout_p": 1.0, "inflate_w": 4}),
     "dllm_cache-rho1/llada": row(LLADA_BLOCKS, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 1.0},
                                  recompute_fraction=1.0),
     # under Dream's native sampler (no blocks: the block-serving caches serve the whole response)
@@ -73,6 +77,7 @@ DEGENERATE = {
     "dkv_decode/dream": row(DREAM_ORIGIN, {"name": "dkv_decode", "refresh_interval": 1}),
     "dkv_greedy/dream": row(DREAM_MARGIN_DRAWN, {"name": "dkv_greedy", "refresh_interval": 1}),
     "spa-sparse/dream": row(DREAM_SAMPLED, {**SPA_EXACT, "kv_update": "sparse"}, recompute_fraction=1.0),
+    "d2cache-p1/dream": row(DREAM_SAMPLED, {"name": "d2cache", "rollout_p": 1.0, "current_k": 2}),
     "dllm_cache-rho0.25/dream": row(DREAM_SAMPLED, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 0.25},
                                     recompute_fraction=1.0),
     # under WINO: its shadow rows computed next to each cache's forward
@@ -84,6 +89,7 @@ DEGENERATE = {
     "spa-sparse/wino": row(WINO, {**SPA_EXACT, "kv_update": "sparse"}, recompute_fraction=1.0),
     "dllm_cache-rho0.25/wino": row(WINO, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 0.25},
                                    recompute_fraction=1.0),
+    "d2cache-p1/wino": row(WINO, {"name": "d2cache", "rollout_p": 1.0, "current_k": 4}),
 }
 
 
@@ -194,7 +200,8 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
             out = decode(model, sampler, cache, prompt, 16, torch.Generator().manual_seed(0))
             assert (out.response != MASK_ID).all(), (s_name, c_name)
     # rollback re-scores every response row: only the caches that leave rows stale refuse it
-    stale = {("saber", c) for c in ("fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy")}
+    stale = {("saber", c) for c in ("fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy",
+                                    "d2cache")}
     # WINO reads shadow rows (its verification queries): every cache computes them next to its
     # forward (engine/shadow.py), over the K/V its own rows attend to, so none refuses it; a
     # cache without them would be refused (registry shadow_rows; tests/test_wino.py)

@@ -161,6 +161,19 @@ class Backbone(nn.Module):
         b, h, t, hd = o.shape
         return o.transpose(1, 2).reshape(b, t, h * hd)
 
+    def attention_probs(self, q: Tensor, k: Tensor) -> Tensor:
+        """Head-averaged attention probabilities ``[B, Tq, Tk]`` (float32) of query rows over
+        explicit key rows: ``softmax(q k^T / sqrt(hd))`` as ``attend`` applies it, the mean over
+        the H query heads. For what reads attention maps (d2Cache's rollout, docs/METHODS.md);
+        ``attend`` stays SDPA, so computing these changes no output. GQA: each query group is
+        matched with its K/V head by a view of the queries, not a copy of the keys."""
+        b, h, t, hd = q.shape
+        hkv = k.shape[1]
+        grouped = q.reshape(b, hkv, (h // hkv) * t, hd)  # heads hkv*g + i share K/V head hkv
+        scores = (grouped @ k.transpose(-1, -2)).float() * hd ** -0.5
+        probs = scores.softmax(dim=-1).view(b, h, t, -1)
+        return probs.mean(dim=1)
+
     def attn_output(self, layer: int, o: Tensor) -> Tensor:
         return self.blocks[layer].attn_out(o)
 
