@@ -108,8 +108,8 @@ def test_unknown_sampler_is_one_message_not_a_cascade(tiny_config):
     with pytest.raises(ConfigError) as err:
         check_config(config)
     assert err.value.problems == [
-        "methods.archer.sampler.name: unknown sampler 'sabre'; known: llada_confidence, saber, "
-        "threshold, factor, random_order, dream, certainty_prior, pc_sampler"]
+        "methods.archer.sampler.name: unknown sampler 'sabre'; known: "
+        + ", ".join(registry.SAMPLERS)]
 
 
 def test_defaults_are_filled_from_the_schema(tiny_config):
@@ -161,7 +161,7 @@ def test_default_campaign_expands_readable_names():
                                "fast-dllm-dual", "fast-dllm-parallel", "parallel-t0.3",
                                "dkv-decode", "dkv-greedy", "spa-r128-adaptive-p0.25",
                                "spa-r128-adaptive-p0.5", "dllm-cache-kp50-kr7", "d2cache",
-                               "certainty-prior", "pc-sampler"]
+                               "certainty-prior", "pc-sampler", "wino"]
     assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
     assert c.method("archer-k4", "toy_code", "toy") == {**c.methods["archer-k4"], "gen_length": 32}
     # every method family of the engine is in the front door

@@ -43,6 +43,16 @@ GENERALISES: dict[str, tuple[dict, dict, dict]] = {
     "pc_sampler-lambd0-uncalibrated-t0.7": row(
         {"name": "pc_sampler", "lambd": 0, "temperature": 0.7, "steps": 8},
         {"name": "llada_confidence", "temperature": 0.7, "steps": 8}),
+    # WINO never re-masking (narrow_out 0: no verification confidence is < 0) is Fast-dLLM's
+    # threshold rule: every mask with confidence >= tau, at least the most confident (0.03 on
+    # these 64-token models: some steps take one, some several, some the whole block)
+    "wino-narrow-out-0": row({"name": "wino", "wide_in": 0.03, "narrow_out": 0.0, "block_length": 8},
+                             {"name": "threshold", "tau": 0.03, "block_length": 8}),
+    # ... with Gumbel noise too: the same draws (the block's masked rows, in order)
+    "wino-narrow-out-0-noise": row({"name": "wino", "wide_in": 0.03, "narrow_out": 0.0,
+                                    "block_length": 8, "temperature": 0.7},
+                                   {"name": "threshold", "tau": 0.03, "block_length": 8,
+                                    "temperature": 0.7}),
 }
 
 
