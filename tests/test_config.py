@@ -109,7 +109,7 @@ def test_unknown_sampler_is_one_message_not_a_cascade(tiny_config):
         check_config(config)
     assert err.value.problems == [
         "methods.archer.sampler.name: unknown sampler 'sabre'; known: llada_confidence, saber, "
-        "threshold, factor, random_order, dream"]
+        "threshold, factor, random_order, dream, eb_sampler, klass"]
 
 
 def test_defaults_are_filled_from_the_schema(tiny_config):
