@@ -101,18 +101,28 @@ class KLASS(Sampler):
             ready = torch.zeros_like(ready)
         ready = self._narrow(ready, confidence, kl)
 
-        # the fallback's k: LLaDA's schedule; the block's last step takes what is left of the
-        # block's quota besides the ready positions, so no block ends with masks left (positions
-        # given the MASK token count as decoded, as in LLaDA's schedule)
+        # the fallback's k: LLaDA's schedule. The schedule still owes the block ``owed`` positions
+        # (positions given the MASK token count as decoded, as in LLaDA's schedule); a ready step
+        # can unmask fewer than its k, so the block's last step tops the ready positions up to
+        # what is owed (by confidence) and its fallback takes at least that many: no block ends
+        # with masks left. With one token per step nothing is ever owed beyond the schedule.
         last = self.block_step == self.steps_per_block - 1
-        quota = self.block_length - self.unmasked_in_block if last else self.schedule[self.block_step]
-        k = min(quota, self.remaining)
+        owed = max(self.block_length - self.unmasked_in_block, 0)
+        k = self.schedule[self.block_step]
+        if last:
+            k = max(k, owed)
+        k = min(k, self.remaining)
+        by_confidence = confidence.masked_fill(~candidates, float("-inf"))
         fallback = torch.zeros_like(candidates)
         if k > 0:
-            by_confidence = confidence.masked_fill(~candidates, float("-inf"))
             fallback[torch.topk(by_confidence, k).indices] = True
         any_ready = ready.any()
-        chosen = ready | fallback if last else torch.where(any_ready, ready, fallback)
+        if last and owed > 0:
+            rest = by_confidence.masked_fill(ready, float("-inf"))
+            rank = torch.empty_like(position)
+            rank[torch.sort(rest, descending=True, stable=True).indices] = position
+            ready = ready | ((rank < owed - ready.sum()) & candidates & ~ready)
+        chosen = torch.where(any_ready, ready, fallback)
         response.copy_(torch.where(chosen, tokens, response))
 
         self.steps += 1
