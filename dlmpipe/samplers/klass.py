@@ -7,10 +7,11 @@ first step), and keeps the last ``history_length`` of them. A masked position of
 ready when all of its recorded KLs are below ``kl_threshold`` and its confidence (probability of
 its token) is above ``conf_threshold``; the step unmasks the ready positions (all of them, or one
 by ``unmask_strategy``), or when none is ready the top-k by confidence, k from LLaDA's schedule.
-A block ends when it has no masks or after its scheduled steps; its last step also unmasks the
-top-k for the rest of the block's quota, so no block ends with masks left. ``rule: released`` adds the LLaDA release's gate (no position is ready in the first
-``history_length - 1`` steps of a block) and, at temperature > 0, takes confidences and KLs from
-the softmax of the Gumbel-perturbed values as that code does.
+A block ends when it has no masks or after its scheduled steps; its last step tops up to what
+the schedule still owes the block, so no block ends with masks left. ``rule: released`` adds the
+LLaDA release's gate (no position is ready in the first ``history_length - 1`` steps of a block)
+and, at temperature > 0, takes confidences and KLs from the softmax of the Gumbel-perturbed
+values as that code does.
 
 The KL history of a position starts before its block does (its distributions while earlier
 blocks were decoded), so KLASS reads every response row at every step (``all_rows``): caches that
