@@ -19,8 +19,9 @@ from dlmpipe.engine.full import FullRecompute
 from dlmpipe.methods import build_method, build_sampler
 from dlmpipe.samplers.eb_sampler import entropy_bound_accepts
 
-from .models import FAMILIES, HAND_MASK as MASK, HAND_PROMPT as P, HAND_VOCAB, logits_for, \
-    random_prompt, start, tiny_backbone
+from .models import FAMILIES, HAND_VOCAB, logits_for, random_prompt, start, tiny_backbone
+from .models import HAND_MASK as MASK
+from .models import HAND_PROMPT as P
 
 GEN = 16
 
