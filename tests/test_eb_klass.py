@@ -417,3 +417,44 @@ def test_klass_rejects_bad_parameters():
         build_sampler({"name": "klass", "unmask_strategy": "best"})
     with pytest.raises(ValueError, match="error_proxy"):
         build_sampler({"name": "eb_sampler", "error_proxy": "random"})
+
+
+def test_klass_random_strategy_unmasks_one_ready_position_drawn_from_the_generator():
+    logits = logits_for([4, 5, 6, 7], [0.9, 0.8, 0.85, 0.3])
+    picked = set()
+    for seed in range(12):
+        s = build_sampler({"name": "klass", "conf_threshold": 0.5, "kl_threshold": 1e3, "history_length": 1,
+                           "unmask_strategy": "random", "block_length": 4})
+        x = start(s, 4)
+        s.begin(P, 4, MASK, torch.Generator().manual_seed(seed))
+        s.step(x, logits)
+        unmasked = [i for i in range(4) if x[P + i] != MASK]
+        assert len(unmasked) == 1 and unmasked[0] in (0, 1, 2), seed   # one of the ready ones
+        picked.add(unmasked[0])
+    assert picked == {0, 1, 2}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_cloned_klass_state_carries_its_kl_history(family):
+    """Cloned mid-block, the clone decodes as the original continues, with ready steps after the
+    cut: the history (previous log-probabilities and KLs) is part of the decoder state."""
+    model = peaked(family, 0)
+    prompt = random_prompt(7, 0)
+    spec = {"name": "klass", "conf_threshold": 0.2, "kl_threshold": 0.1, "block_length": 8}
+    reference, stats = dlmpipe_states(model, spec, prompt)
+    for cut in (3, 9):
+        sampler, cache = build_method({"sampler": spec, "cache": {"name": "none"}}, model)
+        run = Decoding(model, sampler, cache, prompt, GEN, torch.Generator().manual_seed(0))
+        with torch.inference_mode():
+            for _ in range(cut):
+                run.step()
+            ready_before = run.sampler.ready_steps
+            clone = run.clone()
+            assert clone.sampler.kl_history.data_ptr() != run.sampler.kl_history.data_ptr()
+            run.sampler.log_prev.fill_(0.0)        # the original's history is not the clone's
+            states = []
+            while not clone.done:
+                clone.step()
+                states.append(clone.response.clone())
+        assert all(torch.equal(a, b) for a, b in zip(states, reference[cut:])) and len(states) == len(reference) - cut
+        assert clone.stats() == stats and stats["ready_steps"] > ready_before
