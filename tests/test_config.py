@@ -161,7 +161,7 @@ def test_default_campaign_expands_readable_names():
                                "fast-dllm-dual", "fast-dllm-parallel", "parallel-t0.3",
                                "dkv-decode", "dkv-greedy", "spa-r128-adaptive-p0.25",
                                "spa-r128-adaptive-p0.5", "dllm-cache-kp50-kr7", "d2cache",
-                               "certainty-prior", "pc-sampler", "wino"]
+                               "certainty-prior", "pc-sampler", "wino", "eb-sampler", "klass"]
     assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
     assert c.method("archer-k4", "toy_code", "toy") == {**c.methods["archer-k4"], "gen_length": 32}
     # every method family of the engine is in the front door
