@@ -41,3 +41,22 @@ def test_the_fingerprint_does_not_change_otherwise():
     assert fingerprint_id({**env, "fingerprint": "x", "host": "node7"}) == fingerprint_id(env)
     assert fingerprint_id({**env, "torch_threads": 4}) == fingerprint_id({**env, "torch_threads": "4"})
     assert fingerprint_id({**env, "gpu_name": None}) == fingerprint_id({**env, "gpu_name": ""})
+
+
+def test_a_gpu_environment_names_the_gpu_driver_and_cuda(monkeypatch):
+    """The CUDA branch without a GPU: the GPU's facts fill the three fields and change the id."""
+    import dlmpipe.environment as environment_module
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA H200")
+    monkeypatch.setattr(environment_module, "nvidia_driver", lambda: "550.54.15")
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    environment_module._environment.cache_clear()
+    try:
+        gpu = environment("cuda:0")
+    finally:
+        environment_module._environment.cache_clear()
+    assert (gpu["gpu_name"], gpu["gpu_driver"], gpu["cuda_version"]) == ("NVIDIA H200", "550.54.15", "12.4")
+    cpu = environment("cpu")
+    assert {k: v for k, v in gpu.items() if not k.startswith(("gpu", "cuda", "fingerprint"))} == \
+        {k: v for k, v in cpu.items() if not k.startswith(("gpu", "cuda", "fingerprint"))}
+    assert gpu["fingerprint"] != cpu["fingerprint"]
