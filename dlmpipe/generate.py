@@ -22,7 +22,7 @@ import torch
 
 from .decode import DecodeResult, decode
 from .environment import COLUMNS as ENVIRONMENT_COLUMNS
-from .environment import environment, git_revision, provenance_versions  # noqa: F401
+from .environment import environment, provenance_versions
 from .io import atomic_write_json, atomic_write_parquet, atomic_write_text
 from .shards import shard_range  # noqa: F401  (re-exported: the shard a job decodes)
 
@@ -134,8 +134,9 @@ def measurements(prompt_len: int, generated: int, res: DecodeResult) -> dict:
 
 def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device,
                       compile: str = "none") -> dict:
-    return {**provenance_versions(), "environment": environment(device), "config_hash": config_hash, "seed": seed, "device": device_name(device), "compile": compile,
-            "host": socket.gethostname(), "backbone": manifest["name"],
+    return {**provenance_versions(), "environment": environment(device),
+            "config_hash": config_hash, "seed": seed, "device": device_name(device),
+            "compile": compile, "host": socket.gethostname(), "backbone": manifest["name"],
             "backbone_fingerprint": manifest.get("fingerprint"), "method": method,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 

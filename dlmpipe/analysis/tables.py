@@ -30,7 +30,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_write_text
-from .table_spec import Row, reported_cells, row_axis, table_axes, table_rows, tolerance_for
+from .table_spec import (Row, column_unit, reported_cells, row_axis, table_axes, table_rows,
+                         tolerance_for)
 
 KEYS = ["backbone", "task", "method"]
 MISSING = "–"
@@ -227,13 +228,17 @@ def compare_reported(numbers: pd.DataFrame, spec: dict) -> tuple[pd.DataFrame, d
 
 
 def _tolerance_text(spec: dict, columns: list[str]) -> str:
+    """The tolerances the reported columns use, by unit (or by column where one has its own):
+    "±2 points (%); ±15% (x)"."""
+    own = spec.get("tolerance") or {}
     seen = {}
     for c in columns:
         kind, amount = tolerance_for(spec, c)
-        unit = "points" if c.endswith("(%)") else c[c.rindex("(") + 1:-1] if c.endswith(")") else "TPS"
-        seen.setdefault(f"±{amount:g} {unit}" if kind == "absolute" else f"±{100 * amount:g}%",
-                        []).append(c)
-    return "; ".join(f"{t} ({', '.join(cs)})" if len(seen) > 1 else t for t, cs in seen.items())
+        unit = column_unit(c)
+        amount_text = (f"±{amount:g} {'points' if unit == '%' else unit}" if kind == "absolute"
+                       else f"±{100 * amount:g}%")
+        seen.setdefault(f"{amount_text} ({c if c in own else unit})", None)
+    return "; ".join(seen)
 
 
 def reproduction_summary(counts: dict, spec: dict) -> str:
@@ -265,7 +270,8 @@ def _beside(numbers: pd.DataFrame, col: str, texts: list[str], digits: int = 2,
         if pd.isna(rep):
             out.append(text)
             continue
-        verdict = "" if flag is None or pd.isna(flag) else f"{diff:+.{digits}f} {OUTSIDE if flag else WITHIN}"
+        verdict = ("" if flag is None or pd.isna(flag)
+                   else f"{diff:+.{digits}f} {OUTSIDE if flag else WITHIN}")
         out.append(f"{text} (paper {_fmt(rep, digits, suffix)}" + (f", {verdict})" if verdict else ")"))
     return out
 
