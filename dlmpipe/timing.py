@@ -18,6 +18,8 @@ import pyarrow as pa
 import torch
 
 from .decode import decode
+from .environment import COLUMNS as ENVIRONMENT_COLUMNS
+from .environment import environment
 from .generate import device_name, encode_prompt, resolve_device, sample_seed
 from .io import atomic_write_parquet
 
@@ -26,6 +28,8 @@ TIMING_SCHEMA = pa.schema([
     ("sample_index", pa.int64()), ("repeat", pa.int64()), ("slot", pa.int64()),
     ("time_s", pa.float64()), ("nfe", pa.int64()), ("token_ids", pa.list_(pa.int64())),
     ("device", pa.string()),
+    # the environment every method was timed in (one process: one fingerprint per file)
+    *((c, pa.string()) for c in ENVIRONMENT_COLUMNS),
 ])
 
 
@@ -87,7 +91,7 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
     names = list(built)
     for name in names:  # warm-up, untimed: allocations, kernels, caches of every method
         run(name, indices[0])
-    task, dev_name = Path(task_file).stem, device_name(dev)
+    task, dev_name, env = Path(task_file).stem, device_name(dev), environment(dev)
     records = []
     gc.collect()
     gc.disable()  # no collector pauses inside a timed decode; collected between samples
@@ -99,13 +103,14 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
                     records.append({"backbone": man["name"], "task": task, "method": name,
                                     "sample_index": i, "repeat": r, "slot": slot,
                                     "time_s": res.time_s, "nfe": res.stats["nfe"],
-                                    "token_ids": res.response.tolist(), "device": dev_name})
+                                    "token_ids": res.response.tolist(), "device": dev_name,
+                                    **env})
                 gc.collect()
     finally:
         gc.enable()
     atomic_write_parquet(out, pa.Table.from_pylist(records, schema=TIMING_SCHEMA))
-    log(f"timed {len(names)} methods x {len(indices)} samples x {repeats} repeats on {dev_name}; "
-        "mean seconds per decode:")
+    log(f"timed {len(names)} methods x {len(indices)} samples x {repeats} repeats on {dev_name} "
+        f"(environment {env['fingerprint']}); mean seconds per decode:")
     for n in names:
         times = [x["time_s"] for x in records if x["method"] == n]
         log(f"  {n:32s} {sum(times) / len(times):.5f}")
