@@ -4,6 +4,7 @@ and changes nothing, the workflow reruns what decoded with it when the weights c
 weights are what ``train_toy`` trains with the options recorded beside them."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -153,3 +154,25 @@ def test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options
     for name in ("config.json", "tokenizer.json", "model.safetensors.index.json"):
         assert (tmp_path / "toy" / name).read_bytes() == (TOY / name).read_bytes(), name
     assert yaml.safe_load((TOY / "training.json").read_text())["options"] == record["options"]
+
+
+def test_ship_toy_records_what_it_trained_and_the_hashes_to_pin(tmp_path, capsys):
+    """`python -m dlmpipe ship-toy --options ... --out DIR`: the record it writes is complete
+    (every option, the environment, the files' sha256) and what `read_record` returns."""
+    from dlmpipe.backbones.shipped import ship_toy
+    from dlmpipe.cli import main
+
+    tiny = {"seed": 3, "steps": 2, "batch_size": 4, "d_model": 32, "n_layers": 1, "n_heads": 2,
+            "mlp_hidden": 64, "threads": 1}
+    threads = torch.get_num_threads()
+    try:
+        main(["ship-toy", "--options", json.dumps(tiny), "--out", str(tmp_path / "a")])
+        record = ship_toy(options=tiny, out=tmp_path / "b", log=lambda *_: None)
+    finally:
+        torch.set_num_threads(threads)
+    assert read_record(tmp_path / "a") == {**record, "stats": read_record(tmp_path / "a")["stats"]}
+    assert record["options"] == {**record["options"], **tiny} and record["options"]["gen_length"] == 16
+    assert record["sha256"] == weight_sha256(tmp_path / "b") == weight_sha256(tmp_path / "a")
+    assert record["environment"] == training_environment(1)
+    out = capsys.readouterr().out
+    assert all(f"  {f}: {h}" in out for f, h in record["sha256"].items())
