@@ -86,8 +86,9 @@ def measured(tmp_path_factory):
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("toy-campaign")
     try:
-        return run(tmp_path_factory.mktemp("toy-campaign"), limit=SAMPLES)
+        return root, run(root, limit=SAMPLES)
     finally:
         torch.set_num_threads(threads)
 
@@ -110,6 +111,7 @@ def test_the_parser_reads_sweeps_tasks_and_commentary():
 def test_each_method_behaves_on_the_shipped_toy_as_config_says(measured, expectations):
     """The class must hold over this run's first SAMPLES samples and over all 40 of the stored
     results (the campaign's summary quality), whose first SAMPLES this run reproduces."""
+    _, measured = measured
     stored = read_expected()["results"]
     wrong = []
     for (method, task), cls in sorted(expectations.items()):
@@ -142,6 +144,7 @@ def test_a_run_gives_the_stored_tokens_and_verdicts_sample_for_sample(measured):
     on every (task, method). A difference on another machine means decoding itself (not
     training) depends on the CPU's kernels there; in this repository it means a change of
     behaviour, to be regenerated only when intended."""
+    _, measured = measured
     stored = read_expected()["results"]
     assert all(e["n"] == SAMPLES for e in measured.values())
     problems = differences(measured, stored)
@@ -149,3 +152,24 @@ def test_a_run_gives_the_stored_tokens_and_verdicts_sample_for_sample(measured):
     # and the stored qualities of all 40 samples agree with the classes the first SAMPLES show
     for key, entry in measured.items():
         assert entry["passed"] == stored[key]["passed"][:SAMPLES], key
+
+
+def test_check_compares_a_results_directory_and_names_what_differs(measured, tmp_path, capsys):
+    """`python -m tests.toy_expected --check results` reads a campaign's score files: the
+    run's directory passes; a changed token or verdict fails, naming the (task, method)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .toy_expected import main
+
+    root, _ = measured
+    assert main(["--check", str(root)]) == 0
+    f = root / "scores" / "toy" / "toy_code" / "saber.parquet"
+    table = pq.read_table(f).to_pylist()
+    table[3]["token_ids"] = [0] * len(table[3]["token_ids"])
+    copy = tmp_path / "scores" / "toy" / "toy_code" / "saber.parquet"
+    copy.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(table, schema=pq.read_schema(f)), copy)
+    capsys.readouterr()
+    assert main(["--check", str(tmp_path)]) == 1
+    assert "toy_code/saber: tokens differ at samples [3]" in capsys.readouterr().out

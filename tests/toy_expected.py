@@ -51,7 +51,7 @@ def default_campaign():
 def run(root: Path, limit: int | None = None, methods: list[str] | None = None) -> dict[str, dict]:
     """Decode and score the default campaign's methods (all, or ``methods``) on its shipped
     toy, the first ``limit`` samples of each task (None: all), under ``root``; returns
-    ``{"task/method": entry}``."""
+    ``{"task/method": entry}``. Files are laid out as a campaign's results directory."""
     import pyarrow.parquet as pq
 
     from dlmpipe.backbones.manifest import write_manifest
@@ -76,12 +76,12 @@ def run(root: Path, limit: int | None = None, methods: list[str] | None = None) 
             if campaign.needs_proxies(name, BACKBONE, task) and proxies is None:
                 proxies = root / "proxies.safetensors"
                 write_proxies(manifest, proxies)
-            gen = root / "generations" / task / f"{name}.parquet"
+            gen = root / "generations" / BACKBONE / task / f"{name}.parquet"  # the campaign's layout
             run_generation_job(str(manifest), str(task_file), campaign.method(name, task, BACKBONE),
                                str(gen), str(gen.with_suffix(".json")), seed=campaign.config["seed"],
                                device="cpu", warmup=False, limit=limit,
                                proxies=str(proxies) if campaign.needs_proxies(name, BACKBONE, task) else None)
-            scores = root / "scores" / task / f"{name}.parquet"
+            scores = root / "scores" / BACKBONE / task / f"{name}.parquet"
             score_generations(gen, task_file, scores, workers=1,
                               sandbox=campaign.config.get("sandbox"))
             out[f"{task}/{name}"] = summarize(pq.read_table(scores).to_pylist())
