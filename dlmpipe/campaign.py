@@ -231,9 +231,9 @@ class Campaign:
                 "same backbone and task, so it runs on all of them"]
 
     def _backbone_problems(self) -> list[str]:
-        problems = []
         from .backbones.shipped import shipped_names
 
+        problems = []
         for name, b in self.config["backbones"].items():
             if "toy" in b and "sha256" in b:
                 problems.append(f"backbones.{name}.sha256: a trained toy's weights depend on the "
