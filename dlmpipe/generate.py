@@ -177,7 +177,8 @@ def load_job_model(man: dict, dev: torch.device, method: dict, proxies: str | No
     from .backbones.loading import load_backbone
     from .methods import build_method
 
-    loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
+    loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev,
+                           sha256=man.get("sha256"))
     model = loaded.model
     artifacts = {}
     if proxies:  # the backbone's singular proxies (svd rule)

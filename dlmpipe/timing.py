@@ -71,7 +71,8 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
     rows = read_task_table(task_file)
     if not rows:
         raise ValueError(f"{task_file}: the task has no samples to time")
-    loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
+    loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev,
+                           sha256=man.get("sha256"))
     model = loaded.model
     artifacts = {}
     if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
