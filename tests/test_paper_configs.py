@@ -221,3 +221,34 @@ def test_archer_table1_reproduction_cells_by_hand(tmp_path, write_config):
     md = (tmp_path / "t.md").read_text()
     assert "Reproduction: 14 of 14 reported cells compared, 7 within tolerance ✓, 7 outside ✗." in md
     assert "30.00 (paper 33.63, -3.63 ✗)" in md and "1.40× (paper 1.36×, +0.04 ✓)" in md
+
+
+def test_frontier_campaign_plans_every_new_method_on_both_families(tmp_path, snakemake, write_config):
+    """configs/frontier.yaml: every registered sampler and cache decodes in it, the new methods on
+    LLaDA and Dream, the unpublished pairings on LLaDA, with their released settings."""
+    from dlmpipe import registry
+
+    campaign, path = paper_campaign("frontier", tmp_path, write_config)
+    planned = dry_run(tmp_path, snakemake, campaign, path)
+    every_row_runs(campaign)
+    llada, dream = "llada-8b-instruct", "dream-v0-instruct-7b"
+    used = {(m["sampler"]["name"], m["cache"]["name"]) for m in planned.values()}
+    new_samplers = {"certainty_prior", "pc_sampler", "wino", "eb_sampler", "klass"}
+    assert new_samplers <= {s for s, _ in used} and "d2cache" in {c for _, c in used}
+    assert {s for s, _ in used} >= set(registry.SAMPLERS) - {"factor", "random_order", "dream"}
+    for t in campaign.tasks:
+        for b in (llada, dream):
+            for name in ("d2cache", "certainty-prior", "pc-sampler", "wino", "eb-sampler", "klass",
+                         "llada-margin"):
+                method = planned[(b, t, name)]
+                assert method["gen_length"] == 256, (b, t, name)
+        assert {b for (b, tt, n) in planned if n in ("wino-archer-k8", "certainty-prior-spa",
+                                                     "threshold-d2cache")} == {llada}
+    cache = planned[(llada, "gsm8k", "d2cache")]["cache"]
+    assert (cache["rollout_p"], cache["sigma"], cache["rule"]) == (0.1, 10.0, "paper")
+    wino = planned[(dream, "mbpp", "wino")]["sampler"]
+    assert (wino["wide_in"], wino["narrow_out"], wino["block_length"]) == (0.6, 0.9, 128)
+    assert planned[(llada, "gsm8k", "wino-archer-k8")]["cache"] == {
+        **planned[(llada, "gsm8k", "archer-k8")]["cache"]}
+    assert planned[(dream, "gsm8k", "spa")]["cache"]["profile"] == "dream-7b"
+    assert planned[(llada, "gsm8k", "certainty-prior-spa")]["cache"]["profile"] == "llada-8b-instruct"
