@@ -19,7 +19,8 @@ from dlmpipe.generate import cut_at_stop, encode_prompt
 from dlmpipe.tasks import read_task_table
 
 METHOD = {"name": "llada-confidence", "gen_length": 32,
-          "sampler": {"name": "llada_confidence", "block_length": 16, "steps": 32, "temperature": 0.0},
+          "sampler": {"name": "llada_confidence", "block_length": 16, "steps": 32, "temperature": 0.0,
+                      "confidence": "probability"},
           "cache": {"name": "none"}}
 
 

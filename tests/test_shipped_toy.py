@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 import pytest
 import torch
@@ -103,7 +104,7 @@ def test_changed_weights_or_pins_rerun_everything_decoded_with_them(tmp_path, sn
     shard = TOY / "model-00001-of-00002.safetensors"
     st = shard.stat()
     try:
-        os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 10**12))  # newer than every output
+        os.utime(shard, ns=(st.st_atime_ns, time.time_ns() + 10**12))  # newer than every output
         assert scheduled(snakemake(tmp_path, "-n", configfile=config).stdout) == downstream
     finally:
         os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
