@@ -51,7 +51,7 @@ def _generate(a: argparse.Namespace) -> None:
                        warmup=not a.no_warmup, proxies=a.proxies or None, limit=a.limit,
                        shadow=json.loads(a.shadow) if a.shadow else None,
                        probes_out=a.probes_out or None,
-                       batch_size=a.batch_size if a.batch_size == "auto" else int(a.batch_size))
+                       batch_size="auto" if a.batch_size in ("auto", "0") else int(a.batch_size))
 
 
 def _intervene(a: argparse.Namespace) -> None:
@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--probes-out", default="", help="the shadow probes' parquet (with --shadow)")
     s.add_argument("--batch-size", default="auto", help="samples decoded together, each with the "
                    "tokens it gets alone (dlmpipe/batching.py); auto: 16 on CUDA, 8 on the CPU, "
-                   "1 with a compile mode or a shadow probe")
+                   "1 with a compile mode or a shadow probe; 0 means auto (the workflow's resource)")
     s.set_defaults(func=_generate)
 
     s = sub.add_parser("time-methods", help="time every method on the same samples, interleaved "
