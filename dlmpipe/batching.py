@@ -19,9 +19,10 @@ CPU in float32 once a projection runs on at least ``model.MIN_GEMM_ROWS`` rows (
 Backbone pads smaller calls). Attention is not row-wise: slots whose queries and keys have the
 same shapes are stacked along the batch axis (SDPA's result per batch entry does not depend on
 the others: measured); other shapes run as their own calls. Padding keys with a key mask is
-not bitwise-safe on the CPU (measured: it changes the last bits), so it is only used on CUDA
-(``pad_attention``), where one call beats many and bf16 is not invariant anyway (the device
-check reports the fraction of identical samples).
+not bitwise-safe (measured on the CPU: the masked kernel changes the last bits), so it is only
+used on CUDA in bf16/fp16 (``pad_attention``), where one call beats many launches and batch
+invariance is not bitwise anyway (the device check reports the fraction of identical samples);
+float32 on CUDA keeps the exact per-shape calls.
 
 Continuous batching: when a slot's sample finishes, the slot begins the job's next sample, so
 the batch stays full until the job runs out of samples. A sample's ``time_s`` is its own
@@ -40,6 +41,7 @@ from .backbones.model import Backbone
 from .decode import DecodeResult, Decoding, _sync
 
 #: devices where attention over different key lengths is batched with padded keys and a mask
+#: (half precision only: see the module docstring)
 PAD_ATTENTION_DEVICES = ("cuda",)
 
 #: per-layer order of the leaf primitives (the scheduler runs the smallest rank first)
@@ -69,6 +71,7 @@ class BatchScheduler:
     def __init__(self, model: Backbone, pad_attention: bool | None = None):
         self.model = model
         self.pad_attention = (model.device.type in PAD_ATTENTION_DEVICES
+                              and model.embed.weight.dtype != torch.float32
                               if pad_attention is None else pad_attention)
         self.calls = 0      # batched calls run (statistics, tests)
         self.requests = 0   # leaf requests served

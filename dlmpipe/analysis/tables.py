@@ -150,6 +150,9 @@ def spa_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], backbon
                 line[f"{b} TTFT (ms)"] = 1000 * s["mean_ttft_s"]
                 line[f"{b} accuracy (%)"] = 100 * s["quality"]
                 line[f"{b} SE (%)"] = 100 * s["quality_se"]
+                if "throughput_tps" in s.index:  # the timing stage's batched pass
+                    line[f"{b} throughput (tok/s)"] = s["throughput_tps"]
+                    line[f"{b} batch"] = s["batch_size"]
             out.append(line)
     return pd.DataFrame(out), _points_note(rows, backbones, tasks)
 
@@ -177,6 +180,8 @@ def display_frame(numbers: pd.DataFrame, style: str) -> pd.DataFrame:
         elif style == "spa" and c.endswith(" TPS"):
             ratio = next(k for k in cols if k.startswith(f"{c} vs "))
             shown[c] = [f"{_fmt(v)} ({_fmt(r, 1, '×')})" for v, r in zip(values, numbers[ratio])]
+        elif c.endswith(" batch"):
+            shown[c] = [MISSING if pd.isna(v) else str(int(v)) for v in values]
         elif c.endswith("TTFT (ms)"):
             shown[c] = [_fmt(v, 1) for v in values]
         elif style == "spa" and c.endswith(" accuracy (%)"):
