@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -197,6 +198,40 @@ def campaign(ck) -> None:
                                 "can flip a token): " + "; ".join(differ)))
 
 
+def batching(ck) -> None:
+    """Generate-job wall time at batch 16 vs 1 (benchmarks/bench_batching.py): LLaDA-8B shapes,
+    random bf16 weights on a GPU (goal: >= 5x throughput for the cached methods), with the
+    fraction of samples whose bf16 tokens equal batch 1's; CPU-sized: a tiny float32 model at
+    batch 4, where every sample must be identical (batch invariance)."""
+    import bench_batching as bb
+
+    if ck.gpu:
+        model, methods, prompts, gen_len = bb.llada_setup(ck.device, 16)
+        sizes = [1, 16]
+    else:
+        from tests.models import random_prompt, tiny_backbone
+        model = tiny_backbone("dream", seed=0)
+        methods = [dict(m, gen_length=16, sampler=dict(m["sampler"], block_length=8, steps=16)
+                        if m["sampler"]["name"] == "llada_confidence" else
+                        dict(m["sampler"], block_length=8))
+                   for m in bb.LLADA_METHODS if m["name"] in ("full", "archer-k8", "fast-dllm-dual")]
+        prompts, gen_len, sizes = [random_prompt(4 + 3 * i, i) for i in range(6)], 16, [1, 4]
+    deadline = time.monotonic() + (max(ck.left() - 120, 30) if ck.gpu else 600)
+    with torch.inference_mode():
+        res = bb.run(model, methods, prompts, gen_len, sizes, repeats=1, say=ck.say, deadline=deadline)
+    ck.data["batching"] = res
+    big = sizes[-1]
+    for name, r in res.items():
+        gain = r["tokens_per_s"][big] / r["tokens_per_s"][1]
+        if ck.gpu:
+            goal = " (goal >= 5x)" if name in bb.CACHED else ""
+            ck.say(f"  {name}: throughput at B={big} / B=1 = {gain:.2f}x{goal}; bf16 samples identical "
+                   f"to B=1: {r['identical'][big]:.0%}")
+        else:
+            ck.check(r["identical"][big] == 1.0, f"{name}: every sample at B={big} has batch 1's "
+                     f"tokens (float32 CPU); throughput {gain:.2f}x")
+
+
 def skipped_compile(ck) -> None:
     ck.say("  CPU: skipped (Inductor takes a minute on a CPU; tests/test_graphs.py::"
            "test_torch_compile_decodes_the_eager_tokens checks its tokens)")
@@ -211,4 +246,5 @@ PARTS = {
     "campaign": ("6. tiny campaign end to end on the device, tokens against the CPU", campaign),
     "torch_compile": ("7. torch.compile'd Archer cached step (reduce-overhead)",
                       lambda ck: compile_step(ck) if ck.gpu else skipped_compile(ck)),
+    "batching": ("8. batched generate jobs: throughput at B=16 vs 1, bf16 tokens vs batch 1", batching),
 }
