@@ -74,13 +74,20 @@ def toy_setup(checkpoint: str | None, n: int):
     return loaded.model, methods, prompts, 32
 
 
-def llada_setup(device: torch.device, n: int):
-    from bench_backbone_forward import REAL, build
+def llada_setup(device: torch.device, n: int, scaled: bool = False):
+    """LLaDA-8B shapes in bf16 (``scaled``: the CPU stand-in's shapes in float32, to check the
+    script on a CPU; its numbers say nothing about a GPU)."""
+    from bench_backbone_forward import REAL, SCALED, build
 
-    model = build(REAL["llada-8b"], device, torch.bfloat16)
+    from dlmpipe.backbones.model import BackboneConfig
+
+    cfg = REAL["llada-8b"]
+    if scaled:
+        cfg = BackboneConfig(**(cfg.to_dict() | SCALED["llada-8b"] | {"mask_id": 8191}))
+    model = build(cfg, device, torch.float32 if scaled else torch.bfloat16)
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(64, 257, (n,), generator=g).tolist()
-    prompts = [torch.randint(0, 126000, (p,), generator=g) for p in lengths]
+    prompts = [torch.randint(0, cfg.mask_id, (p,), generator=g) for p in lengths]
     return model, [dict(m, gen_length=64) for m in LLADA_METHODS], prompts, 64
 
 
@@ -150,13 +157,16 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--methods", nargs="*", default=None, help="only these method names")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--scaled", action="store_true", help="--shape llada-8b at the CPU stand-in's "
+                    "shapes in float32 on the CPU (a check that the script runs)")
     a = ap.parse_args()
     torch.manual_seed(0)
     if a.shape == "toy":
         torch.set_num_threads(1)
         model, methods, prompts, gen_len = toy_setup(a.checkpoint, a.samples)
     else:
-        model, methods, prompts, gen_len = llada_setup(torch.device("cuda"), a.samples)
+        model, methods, prompts, gen_len = llada_setup(torch.device("cpu" if a.scaled else "cuda"),
+                                                       a.samples, a.scaled)
     if a.methods:
         methods = [m for m in methods if m["name"] in a.methods]
     print(f"{a.shape}: {len(prompts)} samples, G = {gen_len}, batch sizes {a.sizes}, "
