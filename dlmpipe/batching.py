@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 import torch
+from greenlet import getcurrent, greenlet
 from torch import Tensor
 
 from .backbones.model import Backbone
@@ -57,7 +58,7 @@ def default_batch_size(device: torch.device | str) -> int:
     return 16 if torch.device(device).type == "cuda" else 8
 
 
-@dataclass
+@dataclass(slots=True)
 class _Request:
     prim: str
     layer: int
@@ -79,22 +80,18 @@ class BatchScheduler:
     # ---- from a slot --------------------------------------------------------------------
     def request(self, prim: str, layer: int, *args):
         """Called from a slot's greenlet: wait until the scheduler has run ``prim`` on it."""
-        from greenlet import getcurrent
-
-        n = self.model.cfg.n_layers
         if prim == "embed":
             rank = (-1, 0)
         elif prim == "logits":
-            rank = (n, 0)
+            rank = (self.model.cfg.n_layers, 0)
         else:
             rank = (layer, _LAYER_ORDER[prim])
         return getcurrent().parent.switch(_Request(prim, layer, args, rank))
 
     # ---- the loop -----------------------------------------------------------------------
     def run(self, bodies: list[Callable[[], None]]) -> None:
-        """Run each body (a slot's work) in its own greenlet until all return."""
-        from greenlet import greenlet
-
+        """Run each body (a slot's work) in its own greenlet until all return (an exception in
+        one propagates here and ends the run)."""
         pending: dict[greenlet, _Request] = {}
         for body in bodies:
             g = greenlet(body)
