@@ -196,6 +196,51 @@ def campaign(ck) -> None:
                              + ("the same tokens for all " + str(len(first)) + " samples" if not differ else
                                 "tokens differ (float32 rounds differently on each device: a near tie "
                                 "can flip a token): " + "; ".join(differ)))
+        bf16_batching(ck, plan, config, work, results)
+
+
+def bf16_batching(ck, plan, config, work: Path, results: Path) -> None:
+    """Every generate job of the campaign again in bf16 on the device, at batch 1 and batch 16
+    (CPU-sized: 4): the fraction of samples with identical tokens and the quality of each
+    (scored like the campaign). Reported, not checked: bf16 matrix products need not be
+    row-invariant, so batching may move a near tie (docs/ARCHITECTURE.md, batched decoding)."""
+    import json
+
+    import pandas as pd
+
+    from dlmpipe.generate import run_generation_job
+    from dlmpipe.scoring.score import score_many
+    from dlmpipe.tasks import read_task_table
+
+    big = 16 if ck.gpu else 4
+    manifest = json.loads((results / "backbones" / "toy" / "manifest.json").read_text())
+    bf16 = work / "manifest-bf16.json"
+    bf16.write_text(json.dumps({**manifest, "dtype": "bfloat16"}))
+    same = total = 0
+    quality: dict[int, list[float]] = {1: [], big: []}
+    for task in plan.tasks:
+        task_file = results / "tasks" / f"{task}.parquet"
+        rows = read_task_table(str(task_file))
+        for method in plan.methods:
+            tokens = {}
+            for b in (1, big):
+                out = work / f"bf16-b{b}-{task}-{method}.parquet"
+                with contextlib.redirect_stderr(io.StringIO()):
+                    run_generation_job(str(bf16), str(task_file), plan.method(method, task, "toy"),
+                                       str(out), str(out) + ".json", seed=config["seed"],
+                                       device=ck.device.type, warmup=False, batch_size=b)
+                    gens = pd.read_parquet(out)
+                    scores = score_many([(rows[i], c) for i, c in zip(gens["sample_index"], gens["completion"])],
+                                        sandbox=config["sandbox"])
+                tokens[b] = [list(t) for t in gens["token_ids"]]
+                quality[b] += [s["score"] for s in scores]
+            same += sum(u == v for u, v in zip(tokens[1], tokens[big]))
+            total += len(tokens[1])
+    q1, qb = (sum(quality[b]) / len(quality[b]) for b in (1, big))
+    ck.data["batching_bf16"] = {"batch": big, "identical": same, "samples": total,
+                                "quality_b1": q1, f"quality_b{big}": qb}
+    ck.say(f"  bf16 on {ck.device.type}, batch {big} vs 1: {same}/{total} samples identical; quality "
+           f"{q1:.3f} at batch 1, {qb:.3f} at batch {big} (difference {qb - q1:+.3f})")
 
 
 def batching(ck) -> None:

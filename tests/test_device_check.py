@@ -39,3 +39,4 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
     assert "the same tokens for all 2 samples" in report
     # batched decoding: the CPU-sized run checks batch invariance of each method it times
     assert set(data["batching"]) == {"full", "archer-k8", "fast-dllm-dual"}
+    assert data["batching_bf16"]["samples"] == 2 and "bf16 on cpu, batch 4 vs 1" in report
