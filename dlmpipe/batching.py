@@ -146,12 +146,11 @@ class BatchScheduler:
         m = self.model
         out: list = [None] * len(reqs)
         groups: dict[tuple, list[int]] = {}
-        for i, r in enumerate(reqs):
-            q, k = r.args[0], r.args[1]
-            key = (q.shape, k.shape) if not self.pad_attention or prim != "attend" else (q.shape[1:3], k.shape[1])
-            groups.setdefault(key, []).append(i)
-        if self.pad_attention and prim == "attend" and len(groups) > 1:
-            groups = {"all": list(range(len(reqs)))}
+        if self.pad_attention and prim == "attend":  # one call, padded where shapes differ
+            groups[()] = list(range(len(reqs)))
+        else:
+            for i, r in enumerate(reqs):
+                groups.setdefault((r.args[0].shape, r.args[1].shape), []).append(i)
         for idx in groups.values():
             self.calls += 1
             args = [reqs[i].args for i in idx]

@@ -144,3 +144,26 @@ def test_finished_rows_leave_and_new_samples_join():
     sampler, cache = {"name": "threshold", "tau": 0.9, "block_length": 8}, {"name": "fast_dllm_dual"}
     check_invariant(model, sampler, cache, sizes=(2, 16))  # 16 slots > 10 samples: some idle
     assert (decode_all(model, sampler, cache, 2)[0].response != MASK_ID).all()
+
+
+def test_padded_attention_matches_each_call_closely():
+    """The CUDA half-precision path (keys padded and masked, queries padded and dropped) on the
+    CPU: the same attention up to rounding, each call's own shape; not bitwise, hence off in
+    float32 (module docstring of dlmpipe/batching.py)."""
+    from dlmpipe.batching import _padded_attend
+
+    model = tiny_backbone("dream", seed=0)  # GQA: 4 query heads over 2 K/V heads
+    g = torch.Generator().manual_seed(0)
+    args = [(torch.randn(1, 4, tq, 16, generator=g), torch.randn(1, 2, tk, 16, generator=g),
+             torch.randn(1, 2, tk, 16, generator=g)) for tq, tk in ((3, 10), (8, 24), (1, 17))]
+    for (q, k, v), got in zip(args, _padded_attend(model, args)):
+        want = model.attend(q, k, v)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    slots = slot_models(model, 3, pad_attention=True)
+    methods = [build_method({"sampler": {"name": "llada_confidence", "block_length": 8},
+                             "cache": {"name": "fast_dllm_dual"}}, s) for s in slots]
+    out = {}
+    decode_batched(model, methods, [Sample(i, random_prompt(4 + 5 * i, i), GEN) for i in range(5)],
+                   lambda s, r: out.__setitem__(s.key, r))
+    assert sorted(out) == list(range(5)) and all((r.response != MASK_ID).all() for r in out.values())
