@@ -166,7 +166,9 @@ def test_rules_read_the_config_the_one_pass_filled(tmp_path, snakemake, tiny_con
     for rule, body in job_blocks(proc.stdout):
         if rule in ("train_toy", "generate", "score"):
             want = theirs["resources"][rule]
-            assert f"runtime={want['runtime']}, mem_mb={want['mem_mb']}" in body, (rule, body)
+            assert f"runtime={want['runtime']}," in body and f"mem_mb={want['mem_mb']}," in body, (rule, body)
+            if rule == "generate":  # the batch size, a scheduling resource (0: auto)
+                assert "batch_size=0," in body, body
             seen.add(rule)
     assert seen == {"train_toy", "generate", "score"}
 
