@@ -248,6 +248,13 @@ class SlotModel:
     def buffers(self):
         return self.backbone.buffers()
 
+    def __getattr__(self, name: str):
+        """Anything else of the Backbone (a primitive added later, a helper): the backbone's own,
+        run unbatched on this slot's rows, which is what batch 1 computes."""
+        if name.startswith("__") or name == "backbone":  # copying/pickling an unset instance
+            raise AttributeError(name)
+        return getattr(self.backbone, name)
+
     def __call__(self, input_ids: Tensor) -> Tensor:
         return self.forward(input_ids)
 

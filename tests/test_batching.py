@@ -167,3 +167,11 @@ def test_padded_attention_matches_each_call_closely():
     decode_batched(model, methods, [Sample(i, random_prompt(4 + 5 * i, i), GEN) for i in range(5)],
                    lambda s, r: out.__setitem__(s.key, r))
     assert sorted(out) == list(range(5)) and all((r.response != MASK_ID).all() for r in out.values())
+
+
+def test_a_backbone_attribute_the_stand_in_does_not_batch_is_the_backbone_s_own():
+    model = tiny_backbone("llada", seed=0)
+    slot = SlotModel(model, BatchScheduler(model))
+    assert slot.cfg is model.cfg and slot.embed.weight is model.embed.weight
+    assert slot.first_logit_row(5) == 5 and slot.head is model.head
+    assert slot.named_parameters is not None  # delegated (unbatched, per slot)
