@@ -6,11 +6,12 @@ selected rows, finished rows) is per sample by construction. Each slot's caches 
 a ``SlotModel``, a stand-in of the shared ``Backbone`` whose leaf compute primitives (embedding,
 attention input norm, query/key/value projections with RoPE, attention, attention maps,
 attention output, FFN, head) do not compute: they hand their request to the ``BatchScheduler``
-and wait (each slot's decode runs in a greenlet). Composite methods (``qkv``, ``layer``,
-``hidden_states``, ...) are Backbone's own code run on the stand-in, so they reach the leaves
-through it. Once every live slot waits, the scheduler runs the furthest-behind step of the
-forward pass (``RANK``: embedding, then per layer norm, projections, attention, output, FFN,
-then the head), so slots that drifted apart fall back into step, as one call per
+and wait (each slot's decode runs in a greenlet). ``qkv`` and ``project_qkv`` are batched
+whole too (one request instead of four: the scheduler's per-request cost is what a CPU pays).
+Composite methods (``layer``, ``hidden_states``, ``hidden_states_storing_kv``, ...) are
+Backbone's own code run on the stand-in, so they reach the leaves through it. Once every live
+slot waits, the scheduler runs the furthest-behind step of the forward pass (``_LAYER_ORDER``:
+embedding, then per layer norm and projections, attention, output, FFN, then the head), so slots that drifted apart fall back into step, as one call per
 (primitive, layer) over the slots' rows concatenated along the row axis: every slot keeps its
 own rows at its own positions, so prompts of different lengths need no padding.
 
@@ -46,8 +47,8 @@ from .decode import DecodeResult, Decoding, _sync
 PAD_ATTENTION_DEVICES = ("cuda",)
 
 #: per-layer order of the leaf primitives (the scheduler runs the smallest rank first)
-_LAYER_ORDER = {"attn_input": 0, "queries": 1, "keys": 2, "values": 3, "attend": 4,
-                "attention_probs": 5, "attn_output": 6, "ffn": 7}
+_LAYER_ORDER = {"qkv": 0, "attn_input": 0, "project_qkv": 1, "queries": 1, "keys": 2, "values": 3,
+                "attend": 4, "attention_probs": 5, "attn_output": 6, "ffn": 7}
 
 
 def default_batch_size(device: torch.device | str) -> int:
@@ -131,11 +132,13 @@ class BatchScheduler:
         xs = [r.args[0] for r in reqs]
         counts = [x.numel() // x.shape[-1] for x in xs]
         flat = torch.cat([x.reshape(1, -1, x.shape[-1]) for x in xs], dim=1)
-        if prim in ("queries", "keys"):
+        if prim in ("queries", "keys", "qkv", "project_qkv"):
             ropes = [r.args[1] for r in reqs]
             rope = (torch.cat([c for c, _ in ropes]), torch.cat([s for _, s in ropes]))
-            out = getattr(m, prim)(layer, flat, rope)  # [1, H, sum T, hd]
-            return list(out.split(counts, dim=2))
+            out = getattr(m, prim)(layer, flat, rope)  # heads [1, H, sum T, hd] (or q, k, v)
+            if prim in ("queries", "keys"):
+                return list(out.split(counts, dim=2))
+            return list(zip(*(t.split(counts, dim=2) for t in out)))
         if prim == "values":
             return list(m.values(layer, flat).split(counts, dim=2))
         out = _leaf(m, prim, layer, (flat,))
@@ -215,9 +218,8 @@ class SlotModel:
     """One slot's stand-in for the shared ``Backbone`` (module docstring): the leaves wait for
     the scheduler's batched call, everything else is Backbone's own code or data."""
 
-    # Backbone's composite methods, run on the stand-in so that they reach its leaves
-    qkv = Backbone.qkv
-    project_qkv = Backbone.project_qkv
+    # Backbone's composite methods, run on the stand-in so that they reach its leaves (qkv and
+    # project_qkv are composites too, but batched whole: one request instead of three or four)
     layer = Backbone.layer
     hidden_states = Backbone.hidden_states
     hidden_states_storing_kv = Backbone.hidden_states_storing_kv
@@ -264,6 +266,12 @@ class SlotModel:
     def _ask(self, prim: str, layer: int, *args):
         self._layer = layer
         return self.scheduler.request(prim, layer, *args)
+
+    def qkv(self, layer: int, h: Tensor, rope) -> tuple[Tensor, Tensor, Tensor]:
+        return self._ask("qkv", layer, h, rope)
+
+    def project_qkv(self, layer: int, normed: Tensor, rope) -> tuple[Tensor, Tensor, Tensor]:
+        return self._ask("project_qkv", layer, normed, rope)
 
     def attn_input(self, layer: int, h: Tensor) -> Tensor:
         return self._ask("attn_input", layer, h)
