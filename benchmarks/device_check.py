@@ -10,8 +10,9 @@ checks and measures every GPU path and prints one report (also written to
    logit, with the argmax agreement shown);
 2. exactness: the degenerate-setting table of tests/test_exactness.py (every cache, token for
    token against full recompute), run by pytest on the device;
-3. compiled steps: Archer's cached forward and LLaDA confidence's scoring as replayed CUDA
-   graphs (``compile: cuda_graphs``) give the eager tokens;
+3. compiled steps: Archer's cached forward and the samplers' scoring (LLaDA confidence,
+   certainty prior, PC-Sampler) as replayed CUDA graphs (``compile: cuda_graphs``) give the
+   eager tokens;
 4. host syncs: per step, every sampler x cache reads back exactly what its decisions need
    (tests/host_sync.py budgets), counted with ``torch.cuda.set_sync_debug_mode``;
 5. the papers' prompt-length table at real LLaDA-8B / Dream-7B shapes, random bf16 weights:

@@ -84,7 +84,9 @@ def compiled_steps(ck) -> None:
         graphs.CAPTURE["cpu"] = replay_capture
     archer = {"name": "archer", "K": "inf"}
     samplers = [{"name": "saber", "n": 2, "mu": 2}, {"name": "llada_confidence", "block_length": 8},
-                {"name": "llada_confidence", "temperature": 1.0}]
+                {"name": "llada_confidence", "temperature": 1.0},
+                {"name": "certainty_prior", "block_length": 8, "confidence": "topk_margin"},
+                {"name": "pc_sampler", "temperature": 1.0}]
     for family in families(ck):
         model = tiny_backbone(family, seed=3, n_layers=4 if ck.gpu else 2).to(ck.device)
         for spec in samplers:

@@ -54,6 +54,21 @@ def _generate(a: argparse.Namespace) -> None:
                        batch_size="auto" if a.batch_size in ("auto", "0") else int(a.batch_size))
 
 
+def _reference_corpus(a: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from .backbones.tokenizer import load_tokenizer
+    from .io import atomic_write_text
+    from .samplers.pc_sampler import count_jsonl
+
+    tok = load_tokenizer(Path(a.checkpoint))
+    keys = [k.strip() for k in a.keys.split(",") if k.strip()]
+    corpus = count_jsonl(a.input, keys, lambda text: tok.encode(text, add_special_tokens=False))
+    corpus["metadata"] = {"tokenizer": str(a.checkpoint), "keys": keys,
+                          "files": [str(f) for f in a.input]}
+    atomic_write_text(Path(a.out), json.dumps(corpus))
+
+
 def _intervene(a: argparse.Namespace) -> None:
     from .probes.jobs import run_intervention_job
 
@@ -320,6 +335,15 @@ def build_parser() -> argparse.ArgumentParser:
     for out in ("table", "similarity", "share"):
         s.add_argument(f"--out-{out}", required=True)
     s.set_defaults(func=_drift_analysis)
+
+    s = sub.add_parser("reference-corpus", help="token counts of JSON-lines texts with a "
+                       "backbone's tokenizer: PC-Sampler's reference corpus (baseline_name; "
+                       "docs/METHODS.md §1.7)")
+    s.add_argument("--checkpoint", required=True, help="backbone directory (its tokenizer)")
+    s.add_argument("--input", nargs="+", required=True, help="JSON-lines files")
+    s.add_argument("--keys", required=True, help="comma-separated keys whose text is counted")
+    s.add_argument("--out", required=True, help="the corpus JSON (num_token, p_baseline_dict)")
+    s.set_defaults(func=_reference_corpus)
 
     s = sub.add_parser("svd", help="float32 thin SVD of every layer's value projection -> proxies.safetensors")
     s.add_argument("--manifest", required=True)

@@ -1,7 +1,8 @@
 """The decode loop: one sample, a sampler and a cache meeting at the seam (docs/ARCHITECTURE.md).
 
 Per step: the cache learns which positions the sampler will decode when they are fixed in
-advance (``note_due_positions``), computes the response logits of the current state
+advance (``note_due_positions``) and which block's shadow rows it reads (``note_shadow_block``,
+WINO's verification queries: appended after the response rows), computes the response logits of the current state
 (``response_logits``; it owns every reuse and refresh decision), and the sampler turns them
 into the next state (``step``; it never calls the model). The loop ends when the sampler is
 done. Time is synchronized wall time of the whole generation (docs/METHODS.md, measurement).
@@ -81,6 +82,7 @@ class Decoding:
         """One update: the cache's logits for the current state, then the sampler's step."""
         sampler, cache = self.sampler, self.cache
         cache.note_due_positions(sampler.due_positions())
+        cache.note_shadow_block(sampler.shadow_block())
         logits = cache.response_logits(self.x, sampler.block)
         if observer is not None:
             observer.before_update(self, logits)

@@ -4,7 +4,8 @@ A cached step on a fast GPU is launch-bound: Archer's cached forward over G = 25
 32-layer model is ~1,500 small kernels, and launching them one by one from Python costs more
 host time than the GPU spends on them (docs/ARCHITECTURE.md, performance shape); the sampler's
 per-step scoring is a few more. The campaign key ``compile`` chooses how such steps run (Archer's
-cached forward, LLaDA confidence's scoring; every other step runs eagerly whatever the mode):
+cached forward; the scoring step of LLaDA confidence, certainty prior and PC-Sampler; every
+other step runs eagerly whatever the mode):
 
 - ``none`` (default): eagerly, kernel by kernel.
 - ``cuda_graphs``: the step is captured once as a CUDA graph for its shapes and then replayed,

@@ -133,6 +133,9 @@ class Component:
     #: params, backbones.identity.BackboneIdentity) -> the concrete value (ValueError, saying
     #: why, when none fits); a function may keep "auto" where the parameter is unused
     auto: dict[str, Callable[[dict, object], object]] = field(default_factory=dict)
+    #: sampler: reads shadow rows (WINO's verification queries, ``Sampler.shadow_block``); cache:
+    #: computes them (``Cache.note_shadow_block``, engine/shadow.py)
+    shadow_rows: bool = False
     #: cache: keeps a prompt snapshot whose next refresh can be forced or withheld
     #: (``Cache.force_next``), which the matched-state intervention needs (docs/ANALYSES.md)
     feedback_intervention: bool = False
@@ -149,11 +152,20 @@ def _registry(*components: Component) -> dict[str, Component]:
     return {c.name: c for c in components}
 
 
+#: which confidence of the model's token ranks the masked positions (llada_confidence,
+#: certainty_prior; docs/METHODS.md §1.1)
+CONFIDENCE = choice(["probability", "maskgit_plus", "topk_margin", "entropy"], "probability",
+                    "probability: LLaDA's, the token's softmax probability; as Dream's alg, on "
+                    "softmax(logits / temperature): maskgit_plus the token's probability (equal "
+                    "to probability at temperature 0), topk_margin top-1 minus top-2, entropy "
+                    "the negative entropy")
+
+
 SAMPLERS = _registry(
     Component(
         "llada_confidence", "dlmpipe.samplers.llada_confidence:LLaDAConfidence",
         "LLaDA low-confidence remasking (blocks, uniform unmasking schedule)", "masked_rows",
-        LLADA_SCHEDULE,
+        {**LLADA_SCHEDULE, "confidence": CONFIDENCE},
         checks=(blocks_tile_response, steps_split_over_blocks)),
     Component(
         "saber", "dlmpipe.samplers.saber:Saber",
@@ -214,6 +226,56 @@ SAMPLERS = _registry(
                                      "replacement with probabilities softmax(confidence / alg_temp)",
                       "anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}],
                       "default": None}}),
+    Component(
+        "certainty_prior", "dlmpipe.samplers.certainty_prior:CertaintyPriorSampler",
+        "certainty-prior decoding (d2Cache): LLaDA's schedule, masked positions ranked by "
+        "confidence x Gaussian density of the decoded positions around them", "masked_rows",
+        {**LLADA_SCHEDULE, "confidence": CONFIDENCE,
+         "sigma": {"description": "width of the Gaussian certainty density (d2Cache's default "
+                                  "10; smaller: closer to left to right; inf: a constant prior, "
+                                  "equal to llada_confidence)",
+                   "anyOf": [{"type": "number", "exclusiveMinimum": 0},
+                             {"enum": ["inf", math.inf]}],
+                   "default": 10.0}},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
+    Component(
+        "pc_sampler", "dlmpipe.samplers.pc_sampler:PCSampler",
+        "PC-Sampler: LLaDA's schedule, masked positions ranked by exp(-lambd * offset in the "
+        "block) x min(p * -log f(token), alpha), f a reference corpus's token frequencies",
+        "masked_rows",
+        {**LLADA_SCHEDULE,
+         "lambd": number(0.25, "position-aware weight exp(-lambd * offset) (released 0.25; 0: "
+                               "no position bias)"),
+         "alpha": number(10, "clip of the calibrated confidence (released 10)",
+                         exclusive_minimum=True),
+         "baseline_name": {"description": "reference corpus JSON (the released format: "
+                                          "num_token, p_baseline_dict) for the calibration, "
+                                          "tokenized by the backbone's tokenizer; null: no "
+                                          "calibration (min(p, alpha)). The released default, "
+                                          "PC-Sampler's data/baseline/reference_corpus.json "
+                                          "(LLaDA's tokenizer), is not shipped",
+                           "anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}],
+                           "default": None}},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
+    Component(
+        "wino", "dlmpipe.samplers.wino:Wino",
+        "WINO revokable decoding: per block, wide-in unmasks every mask with confidence >= wide_in, "
+        "narrow-out re-masks decoded tokens whose shadow-block verification is < narrow_out",
+        "masked_rows",
+        {"wide_in": number(0.6, "unmask every masked position of the block with confidence >= "
+                                "wide_in (the most confident always; WINO's released default 0.6, "
+                                "0.5-0.8 per task)", maximum=1),
+         "narrow_out": number(0.9, "re-mask decoded tokens whose verification confidence is < "
+                                   "narrow_out, at most (unmasked this step) - 1 (released 0.9; 0 "
+                                   "never re-masks)", maximum=1),
+         "block_length": positive_or_null(128, "null means gen_length (one block); WINO uses 128"),
+         "temperature": TEMPERATURE,
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: the rule above over the whole block; released: d2Cache's WINO, "
+                        "which caps wide-in at clamp(floor(0.7 m), 5, 20) and narrows the "
+                        "verification window in place to the span of the positions masked at "
+                        "every earlier step")},
+        checks=(blocks_tile_response,), shadow_rows=True),
 )
 
 _REFRESH_INTERVAL_OR_NULL = positive_or_null(
@@ -223,7 +285,7 @@ _REFRESH_INTERVAL_OR_NULL = positive_or_null(
 
 CACHES = _registry(
     Component("none", "dlmpipe.engine.full:FullRecompute",
-              "full recompute every step (the exactness reference)", "all_rows"),
+              "full recompute every step (the exactness reference)", "all_rows", shadow_rows=True),
     Component(
         "archer", "dlmpipe.engine.archer:ArcherCache",
         "prompt K/V reuse with state-anchored refresh", "all_rows",
@@ -233,23 +295,23 @@ CACHES = _registry(
          "refresh": choice(["distance", "age"], "distance",
                            "distance (Hamming distance to the anchor >= K) or age (every A updates)"),
          "A": integer(8, "refresh age for refresh=age")},
-        feedback_intervention=True),
+        feedback_intervention=True, shadow_rows=True),
     Component(
         "fast_dllm_prefix", "dlmpipe.engine.fast_dllm:FastDLLMPrefixCache",
         "Fast-dLLM prefix cache: a full forward at each block start; later steps recompute the "
         "current block and every later position over cached prompt/earlier-block K/V",
-        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}),
+        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}, shadow_rows=True),
     Component(
         "fast_dllm_dual", "dlmpipe.engine.fast_dllm:FastDLLMDualCache",
         "Fast-dLLM dual cache: a full forward at each block start; later steps recompute only the "
         "current block over cached K/V of every other position",
-        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}),
+        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}, shadow_rows=True),
     Component(
         "dkv_decode", "dlmpipe.engine.dkv:DKVDecodeCache",
         "dKV-Cache decode (delayed caching of decoded tokens' K/V; steps 0 and 1 of a block full)",
         "masked_rows",
         {"refresh_interval": integer(8, "full forward every this many steps of a block (paper 8; "
-                                        "1 equals full recompute)")}),
+                                        "1 equals full recompute)")}, shadow_rows=True),
     Component(
         "dkv_greedy", "dlmpipe.engine.dkv:DKVGreedyCache",
         "dKV-Cache greedy: recompute only the tokens decoded since the last forward, the tokens "
@@ -257,7 +319,7 @@ CACHES = _registry(
         {"refresh_interval": integer(2, "full forward every this many steps of a block (paper 2; "
                                         "1 equals full recompute)"),
          "window": integer(4, "masked positions within this distance of a recomputed token are "
-                              "recomputed too (paper 4)", minimum=0)}),
+                              "recomputed too (paper 4)", minimum=0)}, shadow_rows=True),
     Component(
         "spa", "dlmpipe.engine.spa:SPACache",
         "SPA-Cache: per layer, recompute only the response rows whose identifier drifted most "
@@ -293,7 +355,7 @@ CACHES = _registry(
          "refresh_gen_steps": positive_or_null(7, "recompute the whole response (cached prompt) "
                                                   "every this many steps; null: never")},
         artifacts={"proxies": lambda params: params["identifier"] == "singular"},
-        auto={"profile": spa_profiles.profile_for}),
+        auto={"profile": spa_profiles.profile_for}, shadow_rows=True),
     Component(
         "dllm_cache", "dlmpipe.engine.dllm_cache:DLLMCache",
         "dLLM-Cache: prompt refresh every K_p steps, response refresh every K_r steps, in between "
@@ -301,7 +363,7 @@ CACHES = _registry(
         {"K_p": integer(50, "prompt refresh interval (K_p = K_r = 1 equals full recompute)"),
          "K_r": integer(7, "response refresh interval"),
          "rho": number(0.25, "fraction of response rows recomputed between response refreshes",
-                       maximum=1)}),
+                       maximum=1)}, shadow_rows=True),
     Component(
         "d2cache", "dlmpipe.engine.d2cache:D2Cache",
         "d2Cache (dual adaptive caching): after a full first forward, each step recomputes only the "
@@ -320,7 +382,8 @@ CACHES = _registry(
          "rule": choice(["paper", "released"], "paper",
                         "paper: the cached confidence of a masked token is refreshed whenever its "
                         "row is recomputed; released: the first forward's confidences are kept "
-                        "(the release's update writes into a copy and never takes effect)")}),
+                        "(the release's update writes into a copy and never takes effect)")},
+        shadow_rows=True),
 )
 
 KINDS = {"sampler": SAMPLERS, "cache": CACHES}
@@ -338,10 +401,14 @@ def lookup(kind: str, name: str) -> Component:
 
 def pairing_problem(sampler: str, cache: str) -> str | None:
     """Why ``cache`` cannot serve ``sampler`` (it leaves rows stale that the sampler reads)."""
-    needs, gives = lookup("sampler", sampler).rows, lookup("cache", cache).rows
-    if not serves(gives, needs):
-        return (f"cache {cache!r} gives fresh logits only for {ROWS_MEANING[gives]}; sampler "
-                f"{sampler!r} reads {ROWS_MEANING[needs]} at every step")
+    s, c = lookup("sampler", sampler), lookup("cache", cache)
+    if not serves(c.rows, s.rows):
+        return (f"cache {cache!r} gives fresh logits only for {ROWS_MEANING[c.rows]}; sampler "
+                f"{sampler!r} reads {ROWS_MEANING[s.rows]} at every step")
+    if s.shadow_rows and not c.shadow_rows:
+        return (f"cache {cache!r} does not compute shadow rows; sampler {sampler!r} reads them at "
+                f"every step (WINO's verification queries: a masked copy of the block appended "
+                f"to the input, docs/ARCHITECTURE.md)")
     return None
 
 
@@ -471,7 +538,8 @@ def describe() -> str:
         lines.append(f"{kind}s:")
         for c in table.values():
             lines.append(f"  {c.name:18s} {c.description}")
-            lines.append(f"  {'':18s} {'reads' if kind == 'sampler' else 'serves'} {c.rows}")
+            lines.append(f"  {'':18s} {'reads' if kind == 'sampler' else 'serves'} {c.rows}"
+                         + (" + shadow rows" if c.shadow_rows else ""))
             for key, spec in c.params.items():
                 lines.append(f"  {'':18s}   {key} = {spec['default']!r}: {spec['description']}")
     return "\n".join(lines)

@@ -134,7 +134,7 @@ class CudaSyncs:
 #: host reads per step each sampler's decision needs (the budget the tests and the device check
 #: hold every sampler to)
 SAMPLER_READS = {"llada_confidence": 0, "random_order": 0, "saber": 1, "threshold": 1, "factor": 1,
-                 "dream": 0}
+                 "dream": 0, "certainty_prior": 0, "pc_sampler": 0, "wino": 1}
 #: the sampler specs the budgets are checked with
 SAMPLER_SPECS = {name: {"name": name, "block_length": 8} for name in SAMPLER_READS} | {
     "dream": {"name": "dream", "alg": "entropy", "temperature": 0.2, "top_p": 0.95}}
@@ -155,12 +155,13 @@ CACHE_READS = {
 
 
 def per_step_reads(counter, model, sampler, cache, prompt, gen_len: int = 16):
-    """Decode with the real loop, counting host reads inside each step's four seam calls;
+    """Decode with the real loop, counting host reads inside each step's seam calls;
     returns (result, reads per step)."""
     from dlmpipe.decode import decode
 
     steps: list[int] = []
     for obj, name in ((cache, "note_due_positions"), (sampler, "due_positions"),
+                      (cache, "note_shadow_block"), (sampler, "shadow_block"),
                       (cache, "response_logits")):
         setattr(obj, name, counted(counter, getattr(obj, name)))
     inner = counted(counter, sampler.step)

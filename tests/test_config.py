@@ -125,8 +125,8 @@ def test_unknown_sampler_is_one_message_not_a_cascade(tiny_config):
     with pytest.raises(ConfigError) as err:
         check_config(config)
     assert err.value.problems == [
-        "methods.archer.sampler.name: unknown sampler 'sabre'; known: llada_confidence, saber, "
-        "threshold, factor, random_order, dream"]
+        "methods.archer.sampler.name: unknown sampler 'sabre'; known: "
+        + ", ".join(registry.SAMPLERS)]
 
 
 def test_defaults_are_filled_from_the_schema(tiny_config):
@@ -136,7 +136,8 @@ def test_defaults_are_filled_from_the_schema(tiny_config):
         "max_steps_per_block": 1024}
     assert config["methods"]["archer"]["cache"] == {"name": "archer", "K": 8, "refresh": "distance", "A": 8}
     assert config["methods"]["llada-confidence"]["sampler"] == {
-        "name": "llada_confidence", "block_length": None, "steps": None, "temperature": 0}
+        "name": "llada_confidence", "block_length": None, "steps": None, "temperature": 0,
+        "confidence": "probability"}
     assert config["backbones"]["toy"]["dtype"] == "float32" and config["backbones"]["toy"]["chat"] is False
     assert config["resources"]["generate"]["mem_mb"] > 0
     assert config["sandbox"] is None  # DLMPIPE_SANDBOX, else bwrap (dlmpipe.scoring.levels)
@@ -178,7 +179,8 @@ def test_default_campaign_expands_readable_names():
     assert list(c.methods) == ["llada-confidence", "saber", "archer-k1", "archer-k4", "archer-kinf",
                                "fast-dllm-dual", "fast-dllm-parallel", "parallel-t0.3",
                                "dkv-decode", "dkv-greedy", "spa-r128-adaptive-p0.25",
-                               "spa-r128-adaptive-p0.5", "dllm-cache-kp50-kr7", "d2cache"]
+                               "spa-r128-adaptive-p0.5", "dllm-cache-kp50-kr7", "d2cache",
+                               "certainty-prior", "pc-sampler", "wino"]
     assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
     assert c.method("archer-k4", "toy_code", "toy") == {**c.methods["archer-k4"], "gen_length": 32}
     # every method family of the engine is in the front door

@@ -34,6 +34,9 @@ DREAM_SAMPLED = {"name": "dream", "alg": "entropy", "temperature": 0.2, "top_p":
 DREAM_GREEDY = {"name": "dream", "alg": "maskgit_plus", "steps": 8}
 DREAM_MARGIN_DRAWN = {"name": "dream", "alg": "topk_margin", "alg_temp": 0.5, "top_k": 8}
 DREAM_ORIGIN = {"name": "dream", "alg": "origin", "steps": 8}
+# WINO on these 64-token models: several unmasks per step and re-masks (revisions), so its
+# shadow rows (engine/shadow.py) decide tokens through every cache
+WINO = {"name": "wino", "wide_in": 0.035, "narrow_out": 0.08, "block_length": 8}
 
 
 def row(sampler: dict, cache: dict, **stats) -> tuple[dict, dict, dict]:
@@ -77,6 +80,16 @@ DEGENERATE = {
     "d2cache-p1/dream": row(DREAM_SAMPLED, {"name": "d2cache", "rollout_p": 1.0, "current_k": 2}),
     "dllm_cache-rho0.25/dream": row(DREAM_SAMPLED, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 0.25},
                                     recompute_fraction=1.0),
+    # under WINO: its shadow rows computed next to each cache's forward
+    "archer-k1/wino": row(WINO, {"name": "archer", "K": 1}),
+    "fast_dllm_prefix/wino": row(WINO, {"name": "fast_dllm_prefix", "refresh_interval": 1}),
+    "fast_dllm_dual/wino": row(WINO, {"name": "fast_dllm_dual", "refresh_interval": 1}),
+    "dkv_decode/wino": row(WINO, {"name": "dkv_decode", "refresh_interval": 1}),
+    "dkv_greedy/wino": row(WINO, {"name": "dkv_greedy", "refresh_interval": 1}),
+    "spa-sparse/wino": row(WINO, {**SPA_EXACT, "kv_update": "sparse"}, recompute_fraction=1.0),
+    "dllm_cache-rho0.25/wino": row(WINO, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 0.25},
+                                   recompute_fraction=1.0),
+    "d2cache-p1/wino": row(WINO, {"name": "d2cache", "rollout_p": 1.0, "current_k": 4}),
 }
 
 
@@ -156,14 +169,17 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
     prompt = random_prompt(9, 3)
     samplers = {"llada_confidence": {"block_length": 8}, "saber": {"block_length": 8},
                 "threshold": {"block_length": 8}, "factor": {"block_length": 8},
-                "random_order": {"block_length": 8}, "dream": {"alg": "entropy"}}
+                "random_order": {"block_length": 8}, "dream": {"alg": "entropy"},
+                "certainty_prior": {"block_length": 8}, "pc_sampler": {"block_length": 8},
+                "wino": {"block_length": 8}}
     assert set(samplers) == set(registry.SAMPLERS)
     refused = set()
     for s_name, s_params in samplers.items():
         for c_name in registry.CACHES:
             if registry.pairing_problem(s_name, c_name):
-                with pytest.raises(ValueError, match=f"cache '{c_name}' gives fresh logits only for "
-                                                     f".*; sampler '{s_name}' reads"):
+                with pytest.raises(ValueError, match=f"cache '{c_name}' (gives fresh logits only "
+                                                     f"for .*|does not compute shadow rows); "
+                                                     f"sampler '{s_name}' reads"):
                     check_pairing(s_name, c_name)
                 refused.add((s_name, c_name))
                 continue
@@ -175,12 +191,19 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
             def checked(x, block, inner=inner, reads=reads, sampler=sampler):
                 logits = inner(x, block)
                 rows = _rows_read(reads, x, prompt.shape[0], block, sampler.due_positions())
-                assert torch.isfinite(logits[rows]).all(), (s_name, c_name)
+                assert torch.isfinite(logits[:rows.numel()][rows]).all(), (s_name, c_name)
+                shadow = sampler.shadow_block()  # its verification rows follow the response's
+                assert logits.shape[0] == rows.numel() + (0 if shadow is None else shadow[1] - shadow[0])
+                assert torch.isfinite(logits[rows.numel():]).all(), (s_name, c_name)
                 return logits
 
             cache.response_logits = checked
             out = decode(model, sampler, cache, prompt, 16, torch.Generator().manual_seed(0))
             assert (out.response != MASK_ID).all(), (s_name, c_name)
     # rollback re-scores every response row: only the caches that leave rows stale refuse it
-    assert refused == {("saber", c) for c in ("fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy",
-                                              "d2cache")}
+    stale = {("saber", c) for c in ("fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy",
+                                    "d2cache")}
+    # WINO reads shadow rows (its verification queries): every cache computes them next to its
+    # forward (engine/shadow.py), over the K/V its own rows attend to, so none refuses it; a
+    # cache without them would be refused (registry shadow_rows; tests/test_wino.py)
+    assert refused == stale

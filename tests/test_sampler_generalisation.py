@@ -25,6 +25,34 @@ def row(sampler: dict, reference: dict, cache: dict | None = None) -> tuple[dict
 
 # id -> (sampler at its degenerate setting, the sampler it generalises, cache)
 GENERALISES: dict[str, tuple[dict, dict, dict]] = {
+    # Dream's maskgit_plus confidence at temperature 0 is LLaDA's probability (§1.1)
+    "llada_confidence-maskgit_plus-t0": row(
+        {"name": "llada_confidence", "block_length": 8, "confidence": "maskgit_plus"},
+        {"name": "llada_confidence", "block_length": 8}),
+    # sigma = inf: the certainty density is the same at every position (§1.6)
+    "certainty_prior-sigma-inf": row(
+        {"name": "certainty_prior", "block_length": 8, "sigma": "inf"},
+        {"name": "llada_confidence", "block_length": 8}),
+    "certainty_prior-sigma-inf-t0.7": row(
+        {"name": "certainty_prior", "block_length": 8, "sigma": "inf", "temperature": 0.7},
+        {"name": "llada_confidence", "block_length": 8, "temperature": 0.7}),
+    # lambd = 0 without a reference corpus: weight 1, score min(p, alpha) = p (§1.7)
+    "pc_sampler-lambd0-uncalibrated": row(
+        {"name": "pc_sampler", "block_length": 8, "lambd": 0},
+        {"name": "llada_confidence", "block_length": 8}),
+    "pc_sampler-lambd0-uncalibrated-t0.7": row(
+        {"name": "pc_sampler", "lambd": 0, "temperature": 0.7, "steps": 8},
+        {"name": "llada_confidence", "temperature": 0.7, "steps": 8}),
+    # WINO never re-masking (narrow_out 0: no verification confidence is < 0) is Fast-dLLM's
+    # threshold rule: every mask with confidence >= tau, at least the most confident (0.03 on
+    # these 64-token models: some steps take one, some several, some the whole block)
+    "wino-narrow-out-0": row({"name": "wino", "wide_in": 0.03, "narrow_out": 0.0, "block_length": 8},
+                             {"name": "threshold", "tau": 0.03, "block_length": 8}),
+    # ... with Gumbel noise too: the same draws (the block's masked rows, in order)
+    "wino-narrow-out-0-noise": row({"name": "wino", "wide_in": 0.03, "narrow_out": 0.0,
+                                    "block_length": 8, "temperature": 0.7},
+                                   {"name": "threshold", "tau": 0.03, "block_length": 8,
+                                    "temperature": 0.7}),
 }
 
 
@@ -45,4 +73,5 @@ def test_degenerate_sampler_equals_the_sampler_it_generalises(family, name):
 
 def test_every_other_sampler_has_a_row():
     covered = {sampler["name"] for sampler, _, _ in GENERALISES.values()}
-    assert covered == set(registry.SAMPLERS) - BASE_SAMPLERS
+    # a base sampler may have rows too (its own variants: llada_confidence's confidences)
+    assert set(registry.SAMPLERS) - BASE_SAMPLERS <= covered <= set(registry.SAMPLERS)

@@ -163,15 +163,18 @@ class Backbone(nn.Module):
         """Queries, keys and values of hidden rows ``h [B, T, d]``: norm, then projections."""
         return self.project_qkv(layer, self.attn_input(layer, h), rope)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         """Bidirectional attention of query rows over explicit key/value rows.
 
-        ``q [B, H, Tq, hd]``, ``k, v [B, Hkv, Tk, hd]`` -> ``[B, Tq, H*hd]`` (before attn_out).
+        ``q [B, H, Tq, hd]``, ``k, v [B, Hkv, Tk, hd]`` -> ``[B, Tq, H*hd]`` (before attn_out);
+        ``mask`` (bool ``[Tq, Tk]``, True = attends): rows that must not see some keys, e.g. WINO's
+        shadow block written as one forward (docs/METHODS.md §1.8); the caches never pass one.
         Grouped-query attention (Dream: 28 query heads over 4 K/V heads) goes through SDPA's own
         GQA support, which reads each K/V head for its query group in place: no per-layer copy
         of the cached K/V to H heads (docs/ARCHITECTURE.md, performance shape).
         """
-        o = F.scaled_dot_product_attention(q, k, v, enable_gqa=self.cfg.n_heads != self.cfg.n_kv_heads)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                           enable_gqa=self.cfg.n_heads != self.cfg.n_kv_heads)
         b, h, t, hd = o.shape
         return o.transpose(1, 2).reshape(b, t, h * hd)
 
@@ -207,15 +210,18 @@ class Backbone(nn.Module):
         h = h + self.ffn(layer, h)
         return h, k, v
 
-    def hidden_states(self, input_ids: Tensor) -> Tensor:
-        """Final hidden rows ``[B, N, d]`` (before the final norm) of a full forward."""
+    def hidden_states(self, input_ids: Tensor, shadow=None) -> Tensor:
+        """Final hidden rows ``[B, N, d]`` (before the final norm) of a full forward. ``shadow``
+        (an ``engine.shadow.ShadowRows``) advances its extra query rows over each layer's K/V."""
         rope = self.rope(torch.arange(input_ids.shape[1], device=input_ids.device))
         h = self.embed(input_ids)
         for i in range(self.cfg.n_layers):
-            h, _, _ = self.layer(i, h, rope)
+            h, k, v = self.layer(i, h, rope)
+            if shadow is not None:
+                shadow.layer(i, k, v)
         return h
 
-    def hidden_states_storing_kv(self, input_ids: Tensor, kv) -> Tensor:
+    def hidden_states_storing_kv(self, input_ids: Tensor, kv, shadow=None) -> Tensor:
         """A full forward that also writes every layer's K/V into a preallocated
         ``engine.kv.KVBuffer`` of all rows (in place); returns the final hidden rows."""
         rope = self.rope(torch.arange(input_ids.shape[1], device=input_ids.device))
@@ -223,6 +229,8 @@ class Backbone(nn.Module):
         for i in range(self.cfg.n_layers):
             h, k, v = self.layer(i, h, rope)
             kv.write(i, slice(None), k, v)
+            if shadow is not None:
+                shadow.layer(i, k, v)
         return h
 
     def forward(self, input_ids: Tensor) -> Tensor:

@@ -24,6 +24,7 @@ from ..backbones.model import Backbone
 from .base import Cache
 from ..graphs import StepRunner
 from .kv import KVBuffer
+from .shadow import ShadowRows, append, shadow_inputs, with_shadow
 
 
 def hamming_distance(a: Tensor, b: Tensor) -> Tensor:
@@ -37,16 +38,20 @@ def parse_radius(K: int | str) -> float:
 
 
 class ArcherCache(Cache):
+    shadow_rows = True  # they attend to the same K/V as the response rows (engine/shadow.py)
+
     def __init__(self, model: Backbone, *, K: int | str, refresh: str, A: int):
         super().__init__(model)
         self.K, self.refresh, self.A = parse_radius(K), refresh, A
         self.refresh_distances: list[int | Tensor] = []
         self.shape: tuple[int, int] | None = None
         self.cached_step = StepRunner(self._cached_rows)
+        self.cached_shadow_step = StepRunner(self._cached_rows_with_shadow)
 
     def use_compile(self, mode: str) -> None:
         super().use_compile(mode)
         self.cached_step = StepRunner(self._cached_rows, mode)
+        self.cached_shadow_step = StepRunner(self._cached_rows_with_shadow, mode)
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
         super().begin(x, prompt_len)
@@ -102,18 +107,30 @@ class ArcherCache(Cache):
     def _full_forward(self, x: Tensor) -> Tensor:
         """Exact logits and every layer's K/V under the current response; re-anchor."""
         m = self.model
-        h = m.hidden_states_storing_kv(x[None], self.kv)
+        shadow = with_shadow(m, x, self.prompt_len, self.shadow)
+        h = m.hidden_states_storing_kv(x[None], self.kv, shadow)
         self.anchor = x[self.prompt_len:].clone()
         self.updates_since_refresh = 0
-        return m.response_logits_from_rows(h[:, self.first_row:])[0]
+        return append(m.response_logits_from_rows(h[:, self.first_row:])[0], shadow)
 
     def _cached_forward(self, x: Tensor) -> Tensor:
         state = (self.shape, self.kv.keys.data_ptr(), self.rope_rows[0].data_ptr())
+        if self.shadow is not None:  # the shadow rows' inputs are tensors: the step stays capturable
+            lo, hi = self.shadow
+            shadow = shadow_inputs(self.model, x, self.prompt_len + lo, self.prompt_len + hi)
+            return self.cached_shadow_step(x[self.first_row:], *shadow, state_key=state)
         return self.cached_step(x[self.first_row:], state_key=state)
 
-    def _cached_rows(self, rows: Tensor) -> Tensor:
+    def _cached_rows_with_shadow(self, rows: Tensor, *shadow: Tensor) -> Tensor:
+        """``_cached_rows`` with WINO's shadow rows (``shadow_inputs``) attending next to them;
+        their verification logits follow the response logits."""
+        rows_of_shadow = ShadowRows(self.model, *shadow)
+        return append(self._cached_rows(rows, rows_of_shadow), rows_of_shadow)
+
+    def _cached_rows(self, rows: Tensor, shadow: ShadowRows | None = None) -> Tensor:
         """Run only rows [first_row, N) (token ids ``rows``) through every layer over cached
-        prompt K/V; fresh K/V of these rows is written into the buffer."""
+        prompt K/V; fresh K/V of these rows is written into the buffer. ``shadow`` rows attend
+        to the same K/V (cached prompt, fresh response) and their own."""
         m, f = self.model, self.first_row
         h = m.embed(rows[None])
         for i in range(m.cfg.n_layers):
@@ -121,6 +138,8 @@ class ArcherCache(Cache):
             self.kv.write(i, slice(f, None), k, v)
             h = h + m.attn_output(i, m.attend(q, *self.kv.layer(i)))
             h = h + m.ffn(i, h)
+            if shadow is not None:
+                shadow.layer(i, *self.kv.layer(i))
         return m.response_logits_from_rows(h)[0]
 
     def extra_stats(self) -> dict:

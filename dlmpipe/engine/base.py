@@ -43,6 +43,10 @@ class Cache(ABC):
     """
 
     compile_mode = "none"
+    #: computes a sampler's shadow rows (``note_shadow_block``; dlmpipe.registry ``shadow_rows``)
+    shadow_rows = False
+    #: the response block whose shadow rows the next ``response_logits`` appends, or None
+    shadow: tuple[int, int] | None = None
 
     def __init__(self, model: Backbone):
         self.model = model
@@ -66,9 +70,21 @@ class Cache(ABC):
         logits decide). Caches that recompute only what is due (dKV-Cache greedy) keep it;
         the default ignores it."""
 
+    def note_shadow_block(self, block: tuple[int, int] | None) -> None:
+        """Called by the decode loop before each ``response_logits`` with the sampler's
+        ``shadow_block()``: response positions ``[lo, hi)`` whose leave-one-out verification
+        logits (WINO's shadow block, ``engine/shadow.py``) the next ``response_logits`` appends
+        after the ``G`` response rows (``[G + hi - lo, V]``), or None (the default: ``[G, V]``).
+        Caches that compute them set ``shadow_rows``; the registry refuses the others at config
+        time, and this refuses them here too."""
+        if block is not None and not self.shadow_rows:
+            raise NotImplementedError(f"{type(self).__name__} does not compute shadow rows")
+        self.shadow = block
+
     @abstractmethod
     def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
-        """Logits ``[G, V]`` for the response positions, as the sampler reads them (shifted)."""
+        """Logits ``[G, V]`` for the response positions, as the sampler reads them (shifted),
+        followed by the noted shadow block's verification logits when there is one."""
 
     def force_next(self, refresh: bool) -> None:
         """The matched-state intervention (docs/ANALYSES.md): make the next forward rebuild the

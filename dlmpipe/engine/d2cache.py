@@ -35,6 +35,7 @@ from torch import Tensor
 
 from ..backbones.model import Backbone
 from .row_cache import RowKVCache, indices
+from .shadow import ShadowRows, append, with_shadow
 
 
 def density_weights(gen_len: int, sigma: float, device) -> Tensor:
@@ -116,8 +117,9 @@ class D2Cache(RowKVCache):
         self.stats.nfe += 1
         n, p, f = x.shape[0], self.prompt_len, self.first_row
         masked = x[p:] == self.model.cfg.mask_id
+        shadow = with_shadow(self.model, x, p, self.shadow)  # WINO's rows, next to the forward
         if self.prev_block is None:  # first forward: every row
-            logits = self._serve(self._forward(x, None), self.positions, self.positions[: n - p])
+            logits = self._serve(self._forward(x, None, shadow), self.positions, self.positions[: n - p])
             self.conf = torch.where(masked, self._top1(logits), 0.0)
         else:
             q = self.select(x, masked, block)
@@ -125,13 +127,13 @@ class D2Cache(RowKVCache):
             full = rows.numel() == n
             self.stats.refreshes += full
             self.stats.cached_forwards += not full
-            logits = self._serve(self._forward(x, None if full else rows), rows, serve)
+            logits = self._serve(self._forward(x, None if full else rows, shadow), rows, serve)
             if self.rule == "paper":  # the cached confidence of recomputed masked positions
                 fresh = torch.where(masked[serve], self._top1(logits[serve]), self.conf[serve])
                 self.conf.index_copy_(0, serve, fresh)
         self.prev_x.copy_(x)
         self.prev_block = (int(block[0]), int(block[1]))
-        return logits
+        return append(logits, shadow)
 
     @staticmethod
     def _top1(logits: Tensor) -> Tensor:
@@ -178,7 +180,7 @@ class D2Cache(RowKVCache):
             q[f:f + g] |= due
         return q
 
-    def _forward(self, x: Tensor, rows: Tensor | None) -> Tensor:
+    def _forward(self, x: Tensor, rows: Tensor | None, shadow: ShadowRows | None = None) -> Tensor:
         """Hidden rows of ``rows`` (ascending absolute indices; None: every row) through every
         layer over the cached K/V, their K/V written back, and the attention rollout of this
         forward accumulated: per layer ``R = normalise(A + I)`` on the rows with queries (the
@@ -198,6 +200,8 @@ class D2Cache(RowKVCache):
             keys, values = self.kv.layer(i)
             h = h + m.attn_output(i, m.attend(q, keys, values))
             h = h + m.ffn(i, h)
+            if shadow is not None:  # over the K/V the selected rows attended to
+                shadow.layer(i, keys, values)
             r = m.attention_probs(q, keys)[0]
             r[diag, positions] += 1.0
             r = r / r.sum(dim=-1, keepdim=True)

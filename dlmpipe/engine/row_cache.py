@@ -19,6 +19,7 @@ from torch import Tensor
 
 from .base import Cache
 from .kv import KVBuffer
+from .shadow import append, with_shadow
 
 
 def indices(*masks: Tensor) -> list[Tensor]:
@@ -30,6 +31,7 @@ def indices(*masks: Tensor) -> list[Tensor]:
 
 
 class RowKVCache(Cache):
+    shadow_rows = True  # they attend to the K/V buffer as the computed rows do (engine/shadow.py)
 
     def begin(self, x: Tensor, prompt_len: int) -> None:
         super().begin(x, prompt_len)
@@ -45,15 +47,19 @@ class RowKVCache(Cache):
 
     def _full_forward(self, x: Tensor, serve: Tensor) -> Tensor:
         """Every row, every layer's K/V stored; logits of the response positions ``serve``."""
-        h = self.model.hidden_states_storing_kv(x[None], self.kv)
+        shadow = with_shadow(self.model, x, self.prompt_len, self.shadow)
+        h = self.model.hidden_states_storing_kv(x[None], self.kv, shadow)
         self._count(x.shape[0])
-        return self._serve(h, self.positions, serve)
+        return append(self._serve(h, self.positions, serve), shadow)
 
     def _forward_rows(self, x: Tensor, rows: Tensor, serve: Tensor) -> Tensor:
         """Queries for ``rows`` only (ascending absolute indices), over all cached K/V."""
         m = self.model
+        shadow = with_shadow(m, x, self.prompt_len, self.shadow)
         if rows.numel() == 0:  # nothing changed and nothing due: no row needs a query
-            return self._serve(None, rows, serve)
+            for i in range(m.cfg.n_layers if shadow is not None else 0):
+                shadow.layer(i, *self.kv.layer(i))
+            return append(self._serve(None, rows, serve), shadow)
         rope = m.rope(self.positions[rows])
         h = m.embed(x[rows][None])
         for i in range(m.cfg.n_layers):
@@ -61,8 +67,10 @@ class RowKVCache(Cache):
             self.kv.write(i, rows, k, v)
             h = h + m.attn_output(i, m.attend(q, *self.kv.layer(i)))
             h = h + m.ffn(i, h)
+            if shadow is not None:
+                shadow.layer(i, *self.kv.layer(i))
         self._count(rows.numel())
-        return self._serve(h, rows, serve)
+        return append(self._serve(h, rows, serve), shadow)
 
     def _serve(self, h: Tensor | None, rows: Tensor, serve: Tensor) -> Tensor:
         """Write the logits of response positions ``serve`` (from hidden rows ``h`` of absolute

@@ -34,6 +34,7 @@ from torch import Tensor
 from ..backbones.model import Backbone
 from .base import Cache
 from .kv import KVBuffer
+from .shadow import append, with_shadow
 
 
 def rows_for_budget(rho: float, gen_len: int) -> int:
@@ -43,6 +44,8 @@ def rows_for_budget(rho: float, gen_len: int) -> int:
 
 class SelectiveCache(Cache):
     """Selective-update cache; subclasses set the policy (see the module docstring)."""
+
+    shadow_rows = True  # each layer they attend to the K/V the computed rows attended to
 
     def __init__(self, model: Backbone, identifier: str, kv_update: str, rank: int | None = None,
                  proxies=None):
@@ -115,9 +118,12 @@ class SelectiveCache(Cache):
         base = 0 if prompt else f  # absolute position of the first tracked row
         h = m.embed(x[None, base:])
         self.rope_tracked = m.rope(self.positions[base:])  # the tracked rows' tables, once per step
+        shadow = with_shadow(m, x, self.prompt_len, self.shadow)
         for layer in range(m.cfg.n_layers):
             h = self._layer(layer, h, base, dense or layer == 0)
-        return m.response_logits_from_rows(h[:, f - base:])[0]
+            if shadow is not None:
+                shadow.layer(layer, *self.kv.layer(layer))
+        return append(m.response_logits_from_rows(h[:, f - base:])[0], shadow)
 
     def _layer(self, layer: int, h: Tensor, base: int, dense: bool) -> Tensor:
         """One layer over the tracked rows ``h [1, N - base, d]`` (prompt part first when

@@ -110,7 +110,7 @@ class ShadowProbe(Observer):
         self.pending = None
         if not (cached or self.steps == "all") or self.rng.random() >= self.rate:
             return
-        fresh = full_response_logits(run.model, run.x, run.prompt_len)
+        fresh = full_response_logits(run.model, run.x, run.prompt_len, run.sampler.shadow_block())
         shadow = copy.deepcopy(run.sampler, shared_model_memo(run.model))
         x_fresh = run.x.clone()
         shadow.step(x_fresh, fresh)

@@ -2,8 +2,9 @@
 
 A sampler keeps its per-step state on the model's device (``begin``'s ``device``) and reads
 nothing back to the host inside a step except what its decision needs (docs/ARCHITECTURE.md,
-performance shape): LLaDA confidence and random order need nothing, Saber and the parallel
-samplers read one small tensor per step. Random numbers are drawn on the CPU from the sample's
+performance shape): LLaDA confidence, certainty prior, PC-Sampler and random order need nothing,
+Saber, the parallel samplers and WINO read one small tensor per step. Random numbers are drawn on
+the CPU from the sample's
 generator (the same tokens on every device) and copied to the device without a host sync.
 """
 from __future__ import annotations
@@ -23,7 +24,8 @@ class Sampler(ABC):
 
     def use_compile(self, mode: str) -> None:
         """How the sampler's fixed-shape per-step work runs (dlmpipe/graphs.py; the campaign key
-        ``compile``); samplers without such a step (all but LLaDA confidence) run eagerly."""
+        ``compile``); samplers without such a step run eagerly (those with one: the samplers
+        scoring on LLaDA's schedule, LLaDA confidence, certainty prior and PC-Sampler)."""
         self.compile_mode = check_mode(mode)
 
     def begin(self, prompt_len: int, gen_len: int, mask_id: int,
@@ -58,6 +60,13 @@ class Sampler(ABC):
         """Response positions the next ``step`` will decode, when they are fixed before the
         logits are known (fixed-order decoding); None when the logits decide (the default).
         The decode loop passes this to the cache (``Cache.note_due_positions``)."""
+        return None
+
+    def shadow_block(self) -> tuple[int, int] | None:
+        """Response positions ``[lo, hi)`` whose leave-one-out verification logits the next
+        ``step`` reads (WINO's shadow block, docs/METHODS.md §1.8), or None (the default). The
+        decode loop passes this to the cache (``Cache.note_shadow_block``), which appends those
+        rows after the ``G`` response rows of the logits ``step`` receives."""
         return None
 
     # -- revision bookkeeping shared by all samplers ------------------------------------

@@ -16,10 +16,10 @@ import torch
 from torch import Tensor
 
 from .base import gumbel_argmax, to_device
-from .llada_confidence import LLaDAConfidence, transfer_schedule
+from .llada_confidence import LLaDASchedule, transfer_schedule
 
 
-class RandomOrder(LLaDAConfidence):
+class RandomOrder(LLaDASchedule):
     """LLaDA's blocks and per-step schedule; positions in a random order fixed per block."""
 
     def __init__(self, *, order_seed: int | None, **schedule):
