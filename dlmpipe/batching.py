@@ -285,7 +285,9 @@ class SlotModel:
     def values(self, layer: int, normed: Tensor) -> Tensor:
         return self._ask("values", layer, normed)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+        if mask is not None:  # a masked call (no cache makes one): this slot's own, unbatched
+            return self.backbone.attend(q, k, v, mask)
         return self.scheduler.request("attend", self._layer, q, k, v)
 
     def attention_probs(self, q: Tensor, k: Tensor) -> Tensor:
