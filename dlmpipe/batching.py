@@ -53,9 +53,11 @@ _LAYER_ORDER = {"qkv": 0, "attn_input": 0, "project_qkv": 1, "queries": 1, "keys
 
 def default_batch_size(device: torch.device | str) -> int:
     """``batch_size: auto``: 16 on CUDA (a cached step of a few rows leaves the device idle at
-    batch 1; 16 slots of an 8B model's K/V fit in a 40 GB card's spare memory at 2k tokens), 8
-    on the CPU (enough to amortize the per-call overhead that dominates small models there;
-    more slots add little since the CPU's GEMMs are already compute-bound)."""
+    batch 1; 16 slots of an 8B model's K/V at 2k tokens are ~16 GB, beside its 16 GB of bf16
+    weights on an 80 GB card; set it lower on smaller cards or longer sequences), 8
+    on the CPU (the per-call cost a small model pays at batch 1 is mostly shared by then; a CPU
+    core's matrix products are near compute-bound already, so more slots add little:
+    docs/ARCHITECTURE.md, performance shape)."""
     return 16 if torch.device(device).type == "cuda" else 8
 
 
