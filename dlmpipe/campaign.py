@@ -242,8 +242,16 @@ class Campaign:
                 "same backbone and task, so it runs on all of them"]
 
     def _backbone_problems(self) -> list[str]:
+        from .backbones.shipped import shipped_names
+
         problems = []
         for name, b in self.config["backbones"].items():
+            if "toy" in b and "sha256" in b:
+                problems.append(f"backbones.{name}.sha256: a trained toy's weights depend on the "
+                                "machine's CPU kernels; pin a `shipped:` or `path:` checkpoint")
+            if "shipped" in b and b["shipped"] not in shipped_names():
+                problems.append(f"backbones.{name}.shipped: no shipped checkpoint {b['shipped']!r} "
+                                f"(shipped: {', '.join(shipped_names()) or 'none'})")
             if "path" in b:
                 path = Path(b["path"]).expanduser()
                 if not path.is_dir():
@@ -293,6 +301,28 @@ class Campaign:
 
     def toy_options(self, backbone: str) -> dict:
         return dict(self.config["backbones"][backbone]["toy"])
+
+    def checkpoint_path(self, backbone: str) -> Path | None:
+        """Where a backbone's weights are: the shipped directory or the local ``path`` (absolute);
+        None for a toy the workflow trains."""
+        b = self.config["backbones"][backbone]
+        if "shipped" in b:
+            from .backbones.shipped import SHIPPED_DIR
+            return SHIPPED_DIR / b["shipped"]
+        if "path" in b:
+            return Path(b["path"]).expanduser().resolve()
+        return None
+
+    def weight_sha256(self, backbone: str) -> dict[str, str] | None:
+        """The sha256 the backbone's weight files must have (checked when they load): the
+        campaign's ``sha256``, else a shipped checkpoint's record; None: unpinned."""
+        b = self.config["backbones"][backbone]
+        if "sha256" in b:
+            return {k: v.lower() for k, v in b["sha256"].items()}
+        if "shipped" in b:
+            from .backbones.shipped import read_record
+            return read_record(b["shipped"])["sha256"]
+        return None
 
     def benchmark(self, task: str) -> str:
         """The registered benchmark a task loads: its ``benchmark`` key, else the task's name
@@ -398,8 +428,9 @@ class Campaign:
         """The backbone's family and checkpoint names, or why config.json cannot tell them."""
         if backbone not in self._identities:
             b = self.config["backbones"][backbone]
-            if "toy" in b:  # trained by the workflow, in LLaDA's format
-                identity = dataclasses.replace(TOY, source=f"backbones.{backbone} (toy)")
+            if "toy" in b or "shipped" in b:  # trained by train_toy, in LLaDA's format
+                kind = "toy" if "toy" in b else f"shipped {b['shipped']}"
+                identity = dataclasses.replace(TOY, source=f"backbones.{backbone} ({kind})")
             else:
                 try:
                     identity = dataclasses.replace(checkpoint_identity(b["path"]),

@@ -33,7 +33,14 @@ def _train_toy(a: argparse.Namespace) -> None:
 def _prepare_backbone(a: argparse.Namespace) -> None:
     from .backbones.manifest import write_manifest
 
-    write_manifest(a.path, a.out, name=a.name, dtype=a.dtype, chat=a.chat)
+    write_manifest(a.path, a.out, name=a.name, dtype=a.dtype, chat=a.chat,
+                   sha256=json.loads(a.sha256))
+
+
+def _ship_toy(a: argparse.Namespace) -> None:
+    from .backbones.shipped import ship_toy
+
+    ship_toy(a.name, json.loads(a.options) if a.options else None, a.out)
 
 
 def _prepare_task(a: argparse.Namespace) -> None:
@@ -223,8 +230,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", required=True)
     s.add_argument("--dtype", default="float32")
     s.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    s.add_argument("--sha256", default="null", help="JSON {safetensors file: sha256} the weights "
+                   "must have (null: unpinned)")
     s.add_argument("--out", required=True)
     s.set_defaults(func=_prepare_backbone)
+
+    s = sub.add_parser("ship-toy", help="retrain a shipped toy checkpoint (dlmpipe/shipped/<name>) "
+                       "from its recorded options, or from new ones; prints the sha256 to pin")
+    s.add_argument("--name", default="toy")
+    s.add_argument("--options", default="", help="JSON keyword arguments of train_toy (default: "
+                   "the ones recorded in the shipped training.json)")
+    s.add_argument("--out", default=None, help="where to write it (default: the shipped "
+                   "directory itself, replacing it)")
+    s.set_defaults(func=_ship_toy)
 
     s = sub.add_parser("prepare-task", help="load a benchmark into tasks/{t}.parquet")
     s.add_argument("--name", required=True, help="the registered benchmark (a task's `benchmark:`, "

@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import socket
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,8 @@ import pyarrow as pa
 import torch
 
 from .decode import DecodeResult, decode
+from .environment import COLUMNS as ENVIRONMENT_COLUMNS
+from .environment import environment, provenance_versions
 from .io import atomic_write_json, atomic_write_parquet, atomic_write_text
 from .shards import shard_range  # noqa: F401  (re-exported: the shard a job decodes)
 
@@ -120,9 +121,11 @@ GENERATION_SCHEMA = pa.schema([
     # how many samples the job decoded together (dlmpipe/batching.py); time_s and ttft_s are the
     # sample's own latency inside that batch (docs/ARCHITECTURE.md, generations contract)
     ("batch_size", pa.int64()),
+    # the environment it was decoded in (dlmpipe/environment.py): explicit fields + their hash
+    *((c, pa.string()) for c in ENVIRONMENT_COLUMNS),
 ])
 # Journal rows of an older format lack columns above: the identity's format discards them.
-JOURNAL_FORMAT = 3
+JOURNAL_FORMAT = 4
 
 
 def measurements(prompt_len: int, generated: int, res: DecodeResult) -> dict:
@@ -132,23 +135,11 @@ def measurements(prompt_len: int, generated: int, res: DecodeResult) -> dict:
             "tps": generated / res.time_s if res.time_s > 0 else float("nan")}
 
 
-def git_revision() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device,
                       compile: str = "none") -> dict:
-    import transformers
-
-    from . import __version__
-    return {"dlmpipe": __version__, "git_revision": git_revision(), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "config_hash": config_hash, "seed": seed, "device": device_name(device), "compile": compile,
-            "host": socket.gethostname(), "backbone": manifest["name"],
+    return {**provenance_versions(), "environment": environment(device),
+            "config_hash": config_hash, "seed": seed, "device": device_name(device),
+            "compile": compile, "host": socket.gethostname(), "backbone": manifest["name"],
             "backbone_fingerprint": manifest.get("fingerprint"), "method": method,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
@@ -198,7 +189,8 @@ def load_job_model(man: dict, dev: torch.device, method: dict, proxies: str | No
     from .backbones.loading import load_backbone
     from .methods import build_method
 
-    loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
+    loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev,
+                           sha256=man.get("sha256"))
     model = loaded.model
     artifacts = {}
     if proxies:  # the backbone's singular proxies (svd rule)
@@ -232,7 +224,7 @@ def generation_row(job: JobModel, i: int, row: dict, prompt_len: int, res: Decod
         "time_s": res.time_s, "device": device_name(dev), "backbone": man["name"], "task": task,
         "method": method["name"], "sampler": method["sampler"]["name"],
         "cache": method["cache"]["name"], "params": method_params(method), "stats": json.dumps(st),
-        **measurements(prompt_len, len(kept), res), "batch_size": batch_size}
+        **measurements(prompt_len, len(kept), res), "batch_size": batch_size, **environment(dev)}
 
 
 def job_samples(n_rows: int, shard: str, limit: int | None) -> range:

@@ -276,6 +276,42 @@ SAMPLERS = _registry(
                         "verification window in place to the span of the positions masked at "
                         "every earlier step")},
         checks=(blocks_tile_response,), shadow_rows=True),
+    Component(
+        "eb_sampler", "dlmpipe.samplers.eb_sampler:EBSampler",
+        "EB-Sampler: per block, unmask the largest prefix of the masked positions (sorted by an "
+        "error proxy) whose entropies sum, minus their maximum, to at most gamma", "masked_rows",
+        {"gamma": number(0.001, "entropy budget: sum of the accepted entropies minus their maximum "
+                                "(0: one token per step; the d2Cache release's default 0.001)"),
+         "error_proxy": choice(["entropy", "confidence", "margin"], "entropy",
+                               "order of the candidates: entropy (ascending), confidence "
+                               "(probability of the token) or margin (top-1 minus top-2), "
+                               "descending"),
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: sum - max <= gamma; released: the d2Cache code, sum minus the "
+                        "last entropy in order (equal under the entropy ordering)"),
+         "block_length": positive_or_null(32, "null means gen_length (one block); the d2Cache "
+                                              "release defaults to 32"),
+         "temperature": TEMPERATURE},
+        checks=(blocks_tile_response,)),
+    Component(
+        "klass", "dlmpipe.samplers.klass:KLASS",
+        "KLASS: unmask the block's masked positions whose last history_length step-to-step KL "
+        "divergences are below kl_threshold and whose confidence is above conf_threshold; none "
+        "ready: LLaDA's top-k by confidence", "all_rows",
+        {"conf_threshold": number(0.9, "ready only with confidence (probability of the token) "
+                                       "above this", maximum=1),
+         "kl_threshold": number(0.01, "ready only when every recorded KL is below this"),
+         "history_length": integer(2, "how many recent step-to-step KLs must be below "
+                                      "kl_threshold"),
+         "unmask_strategy": choice(["all", "max_conf", "min_kl", "random"], "all",
+                                   "which ready positions a step unmasks: all, or the one with the "
+                                   "highest confidence, the lowest KL, or one at random"),
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: the rule above; released: the LLaDA release, where nothing is ready "
+                        "in a block's first history_length - 1 steps and, at temperature > 0, "
+                        "confidence and KL come from the Gumbel-perturbed softmax"),
+         **LLADA_SCHEDULE},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
 )
 
 _REFRESH_INTERVAL_OR_NULL = positive_or_null(

@@ -109,6 +109,11 @@ def merge_shards(shard_files: list[str], task_file: str, out: str, provenance: s
         entry["samples"] = [r.start, r.stop]
         entry["file"] = str(path)
 
+    if "fingerprint" in merged.column_names:
+        fingerprints = sorted({str(f) for f in merged.column("fingerprint").to_pylist()})
+        if len(fingerprints) > 1:
+            print(f"warning: shards decoded in different environments {fingerprints} "
+                  "(dlmpipe/environment.py): the summary flags this method's quality", flush=True)
     if len(record["devices"]) > 1:
         print(f"warning: shards decoded on different devices {record['devices']}: per-sample "
               "times (time_s) compare only within a device", flush=True)

@@ -27,6 +27,8 @@ import pyarrow as pa
 import torch
 
 from .decode import decode
+from .environment import COLUMNS as ENVIRONMENT_COLUMNS
+from .environment import environment
 from .generate import device_name, encode_prompt, resolve_batch_size, resolve_device, sample_seed
 from .io import atomic_write_parquet
 
@@ -40,6 +42,8 @@ TIMING_SCHEMA = pa.schema([
     ("pass_s", pa.float64()),          # throughput rows: wall time of the method's whole pass
     ("peak_memory_mb", pa.float64()),  # the method's peak memory at this batch size
     ("peak_memory_kind", pa.string()),  # cuda_allocated | cpu_rss_hwm | unavailable
+    # the environment every method was timed in (one process: one fingerprint per file)
+    *((c, pa.string()) for c in ENVIRONMENT_COLUMNS),
 ])
 
 
@@ -114,7 +118,8 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
     rows = read_task_table(task_file)
     if not rows:
         raise ValueError(f"{task_file}: the task has no samples to time")
-    loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev)
+    loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev,
+                           sha256=man.get("sha256"))
     model = loaded.model
     artifacts = {}
     if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
@@ -138,7 +143,7 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
         kind = reset_peak_memory(dev)
         run(name, indices[0])
         peaks[name] = (peak_memory_mb(dev, kind), kind)
-    task, dev_name = Path(task_file).stem, device_name(dev)
+    task, dev_name, env = Path(task_file).stem, device_name(dev), environment(dev)
     records = []
     gc.collect()
     gc.disable()  # no collector pauses inside a timed decode; collected between samples
@@ -153,18 +158,18 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
                                     "token_ids": res.response.tolist(), "device": dev_name,
                                     "pass": "latency", "batch_size": 1, "pass_s": float("nan"),
                                     "peak_memory_mb": peaks[name][0],
-                                    "peak_memory_kind": peaks[name][1]})
+                                    "peak_memory_kind": peaks[name][1], **env})
                 gc.collect()
         for m in methods:
             records += throughput_pass(model, m, artifacts, compile, dev, prompts, indices, rows,
                                        seed, gen_len[m["name"]], m.get("batch_size", batch_size),
-                                       {"backbone": man["name"], "task": task, "device": dev_name})
+                                       {"backbone": man["name"], "task": task, "device": dev_name, **env})
             gc.collect()
     finally:
         gc.enable()
     atomic_write_parquet(out, pa.Table.from_pylist(records, schema=TIMING_SCHEMA))
-    log(f"timed {len(names)} methods x {len(indices)} samples x {repeats} repeats on {dev_name}; "
-        "mean seconds per decode:")
+    log(f"timed {len(names)} methods x {len(indices)} samples x {repeats} repeats on {dev_name} "
+        f"(environment {env['fingerprint']}); mean seconds per decode:")
     for n in names:
         times = [x["time_s"] for x in records if x["method"] == n and x["pass"] == "latency"]
         batched = [x for x in records if x["method"] == n and x["pass"] == "throughput"]

@@ -134,7 +134,8 @@ class CudaSyncs:
 #: host reads per step each sampler's decision needs (the budget the tests and the device check
 #: hold every sampler to)
 SAMPLER_READS = {"llada_confidence": 0, "random_order": 0, "saber": 1, "threshold": 1, "factor": 1,
-                 "dream": 0, "certainty_prior": 0, "pc_sampler": 0, "wino": 1}
+                 "dream": 0, "certainty_prior": 0, "pc_sampler": 0, "wino": 1,
+                 "eb_sampler": 1, "klass": 1}
 #: the sampler specs the budgets are checked with
 SAMPLER_SPECS = {name: {"name": name, "block_length": 8} for name in SAMPLER_READS} | {
     "dream": {"name": "dream", "alg": "entropy", "temperature": 0.2, "top_p": 0.95}}

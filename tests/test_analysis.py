@@ -343,6 +343,98 @@ def test_plot_labels_never_overlap_and_the_front_uses_the_estimates(tmp_path):
     assert set(part.loc[part["overlaps_front"], "method"]) >= {"ref", "archer-k1"}
 
 
+# ---- environment fingerprints (dlmpipe/environment.py) ------------------------------------------
+def with_environment(frame: pd.DataFrame, cpu: str, threads: str = "1") -> pd.DataFrame:
+    """``frame`` with the fingerprint columns of a CPU environment named ``cpu``."""
+    from dlmpipe.environment import FIELDS, fingerprint_id
+
+    env = {f: "" for f in FIELDS} | {"cpu_model": cpu, "torch_version": "2.5.1",
+                                     "transformers_version": "4.46", "dlmpipe_revision": "abc123",
+                                     "torch_threads": threads, "omp_num_threads": threads}
+    return frame.assign(**env, fingerprint=fingerprint_id(env))
+
+
+def test_summary_rows_name_their_environment_and_flag_qualities_from_mixed_shards(campaign_scores):
+    scores = with_environment(campaign_scores, "Xeon")
+    # archer-k8's four samples: two shards, the second decoded on another machine
+    k8 = (scores["method"] == "archer-k8") & (scores["sample_index"] >= 2)
+    other = with_environment(scores[k8], "EPYC")
+    scores.loc[k8, other.columns] = other
+    timing = with_environment(pd.concat([
+        timing_of("toy", "code", {m: [[1.0, 1.0]] for m in ("ref", "archer-k8", "slow-good", "dominated")}),
+        timing_of("toy", "arith", {m: [[1.0]] for m in ("ref", "twin", "worse")})]), "Xeon")
+    table = summary_table(scores, "ref", timing=timing).set_index(["task", "method"])
+    xeon, epyc = scores["fingerprint"].iloc[0], other["fingerprint"].iloc[0]
+    assert xeon != epyc
+    ref = table.loc[("code", "ref")]
+    assert ref["fingerprint"] == ref["timing_fingerprint"] == xeon and ref["cpu_model"] == "Xeon"
+    assert ref["fingerprint_warning"] == "" and ref["torch_threads"] == "1"
+    mixed = table.loc[("code", "archer-k8")]
+    assert mixed["quality"] == 0.5  # still summarized: informative, but flagged
+    assert mixed["fingerprint"] == ", ".join(sorted([xeon, epyc]))
+    assert sorted(mixed["cpu_model"].split(" | ")) == ["EPYC", "Xeon"]
+    assert mixed["fingerprint_warning"] == (f"quality mixes 2 environments: "
+                                            + ", ".join(f"{f} (2 samples)" for f in sorted([xeon, epyc])))
+    assert (table.drop(index=("code", "archer-k8"))["fingerprint_warning"] == "").all()
+    # rows written before fingerprints were recorded: empty columns, no warning
+    plain = summary_table(campaign_scores, "ref", timing=timing_of("toy", "arith", {
+        m: [[1.0]] for m in ("ref", "twin", "worse")}).pipe(lambda t: pd.concat([t, timing_of(
+            "toy", "code", {m: [[1.0]] for m in ("ref", "archer-k8", "slow-good", "dominated")})])))
+    assert (plain["fingerprint"] == "").all() and (plain["fingerprint_warning"] == "").all()
+    assert (plain["timing_fingerprint"] == "").all() and list(plain.columns[:len(SUMMARY_COLUMNS)]) == SUMMARY_COLUMNS
+
+
+def test_speedups_from_timing_of_mixed_environments_are_refused(tmp_path, campaign_scores):
+    from dlmpipe.analysis.speedup import read_timing
+
+    # the reference's timing from one run, the methods' from another (two files of one pair)
+    here = with_environment(timing_of("toy", "code", {"ref": [[1.0, 1.0]]}), "Xeon")
+    there = with_environment(timing_of("toy", "code", {m: [[0.5, 0.5]] for m in
+                                                       ("archer-k8", "slow-good", "dominated")}), "Xeon",
+                             threads="8")
+    here.to_parquet(tmp_path / "ref.parquet")
+    there.to_parquet(tmp_path / "others.parquet")
+    timing = read_timing([tmp_path / "ref.parquet", tmp_path / "others.parquet"])
+    scores = campaign_scores[campaign_scores["task"] == "code"]
+    with pytest.raises(ValueError, match="timing of toy/code mixes environment fingerprints") as err:
+        summary_table(scores, "ref", timing=timing)
+    message = str(err.value)
+    assert f"{here['fingerprint'].iloc[0]}: {tmp_path / 'ref.parquet'}" in message
+    assert f"{there['fingerprint'].iloc[0]}: {tmp_path / 'others.parquet'}" in message
+    # a timing file of one run passes, and so does one without fingerprints at all
+    same = pd.concat([here, with_environment(there, "Xeon")])
+    assert summary_table(scores, "ref", timing=same)["timing_fingerprint"].nunique() == 1
+    # one run with fingerprints mixed with an older one without: refused too
+    with pytest.raises(ValueError, match="unrecorded"):
+        summary_table(scores, "ref", timing=pd.concat([here, there.drop(columns="fingerprint")]))
+
+
+def test_speedups_from_generate_jobs_of_different_environments_are_refused(campaign_scores):
+    # without the timing stage a speedup divides the generate jobs' own times
+    scores = with_environment(campaign_scores, "Xeon")
+    assert summary_table(scores, "ref")["fingerprint_warning"].eq("").all()
+    moved = scores["method"] == "twin"
+    scores.loc[moved, "fingerprint"] = with_environment(scores[moved], "EPYC")["fingerprint"]
+    with pytest.raises(ValueError, match=r"toy/arith: the speedup of 'twin' over 'ref' would divide"):
+        summary_table(scores, "ref")
+
+
+def test_summarize_warns_of_mixed_environments(tmp_path, campaign_scores, capsys):
+    scores = with_environment(campaign_scores, "Xeon")
+    k8 = (scores["method"] == "archer-k8") & (scores["sample_index"] == 0)
+    scores.loc[k8, "fingerprint"] = "0123456789ab"
+    path, timing = tmp_path / "scores.parquet", tmp_path / "timing.parquet"
+    scores.to_parquet(path)
+    with_environment(pd.concat([
+        timing_of("toy", "code", {m: [[1.0]] for m in ("ref", "archer-k8", "slow-good", "dominated")}),
+        timing_of("toy", "arith", {m: [[1.0]] for m in ("ref", "twin", "worse")})]), "Xeon").to_parquet(timing)
+    summarize([str(path)], "ref", str(tmp_path / "s.parquet"), str(tmp_path / "s.csv"),
+              timing=[str(timing)])
+    assert "warning: toy/code/archer-k8: quality mixes 2 environments" in capsys.readouterr().err
+    csv = pd.read_csv(tmp_path / "s.csv", keep_default_na=False)
+    assert csv.set_index("method").loc["archer-k8", "fingerprint_warning"].startswith("quality mixes")
+
+
 def test_throughput_latency_percentiles_and_peak_memory_from_the_timing_stage():
     """The timing stage's batched pass gives throughput and its batch size; the batch-1 rows the
     p50/p90 latency (each sample's median over repeats) and speedups, unaffected by the pass."""

@@ -61,7 +61,12 @@ REJECTIONS = [
     ("methods/archer/name", "archer", "methods.archer: method name 'archer' is produced twice"),
     ("methods/archer/name", "a-{cache.Q}", "methods.archer.name: template field {cache.Q}"),
     ("methods/llada-confidence/sampler/block_length", 3, "methods.llada-confidence.sampler.block_length"),
-    ("backbones/toy/path", "/tmp", "backbones.toy: expected exactly one of `toy`"),
+    ("backbones/toy/path", "/tmp", "backbones.toy: expected exactly one of `shipped`"),
+    ("backbones/toy/sha256", {"model-00001-of-00002.safetensors": "0" * 64},
+     "backbones.toy.sha256: a trained toy's weights depend on the machine's CPU kernels"),
+    ("backbones/other", {"shipped": "nonesuch"}, "backbones.other.shipped: no shipped checkpoint 'nonesuch'"),
+    ("backbones/other", {"shipped": "toy", "sha256": {"model.safetensors": "abc"}},
+     "backbones.other.sha256.model.safetensors: 'abc' does not match"),
     ("tables/t1", {"style": "table1"}, "tables.t1.style: 'table1' is not one of archer, spa"),
     ("tables/t1", {"style": "archer", "rows": []}, "tables.t1.rows: unknown key"),
     ("tables/t1", {"style": "archer", "methods": ["archer-k3"]},
@@ -180,7 +185,7 @@ def test_default_campaign_expands_readable_names():
                                "fast-dllm-dual", "fast-dllm-parallel", "parallel-t0.3",
                                "dkv-decode", "dkv-greedy", "spa-r128-adaptive-p0.25",
                                "spa-r128-adaptive-p0.5", "dllm-cache-kp50-kr7", "d2cache",
-                               "certainty-prior", "pc-sampler", "wino"]
+                               "certainty-prior", "pc-sampler", "wino", "eb-sampler", "klass"]
     assert c.methods["archer-kinf"]["cache"]["K"] == "inf"  # JSON-safe infinity
     assert c.method("archer-k4", "toy_code", "toy") == {**c.methods["archer-k4"], "gen_length": 32}
     # every method family of the engine is in the front door

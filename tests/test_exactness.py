@@ -171,7 +171,9 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
                 "threshold": {"block_length": 8}, "factor": {"block_length": 8},
                 "random_order": {"block_length": 8}, "dream": {"alg": "entropy"},
                 "certainty_prior": {"block_length": 8}, "pc_sampler": {"block_length": 8},
-                "wino": {"block_length": 8}}
+                "wino": {"block_length": 8},
+                "eb_sampler": {"block_length": 8, "gamma": 0.5},
+                "klass": {"block_length": 8, "conf_threshold": 0.5, "kl_threshold": 0.5}}
     assert set(samplers) == set(registry.SAMPLERS)
     refused = set()
     for s_name, s_params in samplers.items():
@@ -200,9 +202,10 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
             cache.response_logits = checked
             out = decode(model, sampler, cache, prompt, 16, torch.Generator().manual_seed(0))
             assert (out.response != MASK_ID).all(), (s_name, c_name)
-    # rollback re-scores every response row: only the caches that leave rows stale refuse it
-    stale = {("saber", c) for c in ("fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy",
-                                    "d2cache")}
+    # rollback re-scores every response row, and KLASS's KL history covers positions before their
+    # block starts: only the caches that leave rows stale refuse them
+    stale = {(s, c) for s in ("saber", "klass")
+             for c in ("fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy", "d2cache")}
     # WINO reads shadow rows (its verification queries): every cache computes them next to its
     # forward (engine/shadow.py), over the K/V its own rows attend to, so none refuses it; a
     # cache without them would be refused (registry shadow_rows; tests/test_wino.py)

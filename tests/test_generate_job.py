@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from dlmpipe.backbones.loading import load_backbone
+from dlmpipe.environment import COLUMNS as ENVIRONMENT_COLUMNS
+from dlmpipe.environment import fingerprint_id
 from dlmpipe.generate import cut_at_stop, encode_prompt
 from dlmpipe.tasks import read_task_table
 
@@ -71,7 +73,15 @@ def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
         prompt = encode_prompt(loaded, tasks[r["sample_index"]], chat=False)
         assert r["prompt_length"] == len(prompt) > 0
         assert r["batch_size"] == 8  # auto on the CPU
+    # every row names the environment it was decoded in (dlmpipe/environment.py); on the CPU no GPU
+    env = {c: rows[0][c] for c in ENVIRONMENT_COLUMNS}
+    assert all({c: r[c] for c in ENVIRONMENT_COLUMNS} == env for r in rows)
+    assert env["fingerprint"] == fingerprint_id(env) and env["gpu_name"] == env["cuda_version"] == ""
+    assert env["cpu_model"] and env["torch_version"] and env["dlmpipe_revision"]
+    assert int(env["torch_threads"]) >= 1
+    assert env["omp_num_threads"] == os.environ.get("OMP_NUM_THREADS", "")  # inherited
     prov = json.loads(out.with_suffix(".provenance.json").read_text())
+    assert prov["environment"] == env and prov["git_revision"] == env["dlmpipe_revision"]
     assert prov["seed"] == 3 and prov["config_hash"] == "abc" and prov["torch"]
     assert "git_revision" in prov and prov["compile"] == "none"
     # the method as decoded: the given parameters, the registry's defaults filled in

@@ -7,9 +7,12 @@ import copy
 import json
 import re
 
+import pandas as pd
+import pytest
 import yaml
 
-from dlmpipe.analysis.table_spec import table_rows
+from dlmpipe.analysis.table_spec import reported_cells, table_rows, tolerance_for
+from dlmpipe.analysis.tables import write_tables
 from dlmpipe.campaign import Campaign
 
 from .checkpoints import make_tiny_checkpoint
@@ -146,3 +149,106 @@ def test_the_no_rollback_control_never_revises():
     saber = decode_method(model, {"name": "saber"}, {"name": "none"}, prompt)
     assert control.stats["revisions"] == control.stats["remasked"] == 0
     assert saber.stats["remasked"] > 0
+
+
+def stand_in_summary(campaign: Campaign) -> pd.DataFrame:
+    """A summary of a tiny stand-in run: every decoded (backbone, task, method) Pass@1 30%
+    (base and extended tests), 8 s per sample, 2.5x over the reference, 1.4x over every other
+    speedup reference, 100 tokens per second (the reference: 20), 25 ms to the first token."""
+    reference = campaign.config["reference_method"]
+    rows = []
+    for b, t, m in campaign.decoding_jobs():
+        rows.append({"backbone": b, "task": t, "method": m, "quality": 0.3, "quality_plus": 0.3,
+                     "quality_se": 0.02, "n": 100, "mean_time_s": 8.0, "reference": reference,
+                     "speedup": 2.5, "mean_tps": 20.0 if m in ("vanilla", "dream-vanilla") else 100.0,
+                     "mean_ttft_s": 0.025, "fingerprint_warning": "",
+                     **{f"speedup_vs_{o}": 1.4 for o in campaign.config["also_speedup_against"]}})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("name", ["archer", "spa"])
+def test_paper_tables_print_measured_beside_reported(name, tmp_path, write_config):
+    """Every reported cell of the paper's tables reaches the stand-in run's tables, with the
+    difference measured - reported and a flag exactly where it exceeds the tolerance."""
+    campaign, _ = paper_campaign(name, tmp_path, write_config)
+    summary = tmp_path / "summary.parquet"
+    stand_in_summary(campaign).to_parquet(summary)
+    tables = campaign.config["tables"]
+    write_tables(summary, tables, campaign.origin, campaign.backbones, campaign.tasks,
+                 tmp_path / "tables", scope=campaign.scopes())
+    compared = 0
+    for table, spec in tables.items():
+        cells = reported_cells(spec)
+        if not cells:
+            assert "Reproduction" not in (tmp_path / "tables" / f"{table}.md").read_text()
+            continue
+        csv = pd.read_csv(tmp_path / "tables" / f"{table}.csv", keep_default_na=False, na_values=[""])
+        rows = csv.set_index(["backbone" if spec["style"] == "archer" else "task", "method"])
+        for (outer, label, col), reported in cells.items():
+            row = rows.loc[(outer, label)]
+            diff = row[col] - reported
+            kind, amount = tolerance_for(spec, col)
+            beyond = abs(diff) > (amount if kind == "absolute" else amount * abs(reported)) + 1e-9
+            assert row[f"{col} reported"] == reported, (table, label, col)
+            assert row[f"{col} diff"] == pytest.approx(diff, abs=1e-4), (table, label, col)
+            assert str(row[f"{col} flag"]) == str(beyond), (table, label, col)
+        compared += len(cells)
+        md = (tmp_path / "tables" / f"{table}.md").read_text()
+        assert f"Reproduction: {len(cells)} of {len(cells)} reported cells compared" in md
+        assert "(paper " in md and "(paper " in (tmp_path / "tables" / f"{table}.html").read_text()
+    assert compared == {"archer": 14, "spa": 308}[name]  # every cell the configs transcribe
+
+
+def test_archer_table1_reproduction_cells_by_hand(tmp_path, write_config):
+    campaign, _ = paper_campaign("archer", tmp_path, write_config)
+    summary = tmp_path / "summary.parquet"
+    stand_in_summary(campaign).to_parquet(summary)
+    write_tables(summary, {"t": campaign.config["tables"]["table1-main"]}, campaign.origin,
+                 campaign.backbones, campaign.tasks, tmp_path, scope=campaign.scopes())
+    rows = pd.read_csv(tmp_path / "t.csv").set_index("method")
+    archer, saber = rows.loc["archer"], rows.loc["saber"]
+    # Pass@1 30% everywhere: Overall 30.00 against the paper's 33.63, beyond 2 points
+    assert archer["overall quality (%) diff"] == pytest.approx(-3.63)
+    assert archer["overall quality (%) flag"] == True  # noqa: E712
+    assert rows.loc["fast-dllm-parallel", "overall quality (%) diff"] == pytest.approx(-1.12)
+    assert rows.loc["fast-dllm-parallel", "overall quality (%) flag"] == False  # noqa: E712
+    # 8 s per problem: 0.45 s under Saber's 8.45 (5%, within 20%); 9.75 s under its 17.75
+    assert saber["mbpp time (s) diff"] == pytest.approx(-0.45) and saber["mbpp time (s) flag"] == False  # noqa: E712
+    assert saber["livecodebench time (s) flag"] == True  # noqa: E712
+    # 1.4x over Saber: within 15% of 1.36 and 1.50, not of 1.81
+    assert [archer[f"{t} speedup vs saber (x) flag"] for t in ("mbpp", "livecodebench", "humaneval")] \
+        == [False, True, False]
+    md = (tmp_path / "t.md").read_text()
+    assert "Reproduction: 14 of 14 reported cells compared, 7 within tolerance ✓, 7 outside ✗." in md
+    assert "30.00 (paper 33.63, -3.63 ✗)" in md and "1.40× (paper 1.36×, +0.04 ✓)" in md
+
+
+def test_frontier_campaign_plans_every_new_method_on_both_families(tmp_path, snakemake, write_config):
+    """configs/frontier.yaml: every registered sampler and cache decodes in it, the new methods on
+    LLaDA and Dream, the unpublished pairings on LLaDA, with their released settings."""
+    from dlmpipe import registry
+
+    campaign, path = paper_campaign("frontier", tmp_path, write_config)
+    planned = dry_run(tmp_path, snakemake, campaign, path)
+    every_row_runs(campaign)
+    llada, dream = "llada-8b-instruct", "dream-v0-instruct-7b"
+    used = {(m["sampler"]["name"], m["cache"]["name"]) for m in planned.values()}
+    new_samplers = {"certainty_prior", "pc_sampler", "wino", "eb_sampler", "klass"}
+    assert new_samplers <= {s for s, _ in used} and "d2cache" in {c for _, c in used}
+    assert {s for s, _ in used} >= set(registry.SAMPLERS) - {"factor", "random_order", "dream"}
+    for t in campaign.tasks:
+        for b in (llada, dream):
+            for name in ("d2cache", "certainty-prior", "pc-sampler", "wino", "eb-sampler", "klass",
+                         "llada-margin"):
+                method = planned[(b, t, name)]
+                assert method["gen_length"] == 256, (b, t, name)
+        assert {b for (b, tt, n) in planned if n in ("wino-archer-k8", "certainty-prior-spa",
+                                                     "threshold-d2cache")} == {llada}
+    cache = planned[(llada, "gsm8k", "d2cache")]["cache"]
+    assert (cache["rollout_p"], cache["sigma"], cache["rule"]) == (0.1, 10.0, "paper")
+    wino = planned[(dream, "mbpp", "wino")]["sampler"]
+    assert (wino["wide_in"], wino["narrow_out"], wino["block_length"]) == (0.6, 0.9, 128)
+    assert planned[(llada, "gsm8k", "wino-archer-k8")]["cache"] == {
+        **planned[(llada, "gsm8k", "archer-k8")]["cache"]}
+    assert planned[(dream, "gsm8k", "spa")]["cache"]["profile"] == "dream-7b"
+    assert planned[(llada, "gsm8k", "certainty-prior-spa")]["cache"]["profile"] == "llada-8b-instruct"

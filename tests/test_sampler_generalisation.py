@@ -53,6 +53,23 @@ GENERALISES: dict[str, tuple[dict, dict, dict]] = {
                                     "block_length": 8, "temperature": 0.7},
                                    {"name": "threshold", "tau": 0.03, "block_length": 8,
                                     "temperature": 0.7}),
+    # gamma 0 accepts only the first candidate in order (the others' entropies are > 0), the
+    # confidence order is the threshold sampler's, and tau 1 accepts only its most confident
+    # candidate (the others' probabilities are < 1): one token per step, the same block loop
+    "eb_sampler-gamma0/threshold-tau1": row(
+        {"name": "eb_sampler", "gamma": 0.0, "error_proxy": "confidence", "block_length": 8},
+        {"name": "threshold", "tau": 1.0, "block_length": 8}),
+    "eb_sampler-gamma0-t0.7/threshold-tau1-t0.7": row(
+        {"name": "eb_sampler", "gamma": 0.0, "error_proxy": "confidence", "block_length": 8,
+         "temperature": 0.7, "rule": "released"},
+        {"name": "threshold", "tau": 1.0, "block_length": 8, "temperature": 0.7}),
+    # conf_threshold 1: no probability exceeds it, so every step falls back to LLaDA's top-k
+    "klass-conf1/llada_confidence": row(
+        {"name": "klass", "conf_threshold": 1.0, "block_length": 8},
+        {"name": "llada_confidence", "block_length": 8}),
+    "klass-conf1-k2-t0.7/llada_confidence": row(
+        {"name": "klass", "conf_threshold": 1.0, "block_length": 8, "steps": 8, "temperature": 0.7},
+        {"name": "llada_confidence", "block_length": 8, "steps": 8, "temperature": 0.7}),
 }
 
 

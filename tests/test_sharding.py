@@ -81,6 +81,19 @@ def test_merge_keeps_what_shards_disagree_on_per_shard(tmp_path, capsys):
     assert json.loads(prov.read_text()) == record
 
 
+def test_shards_of_different_environments_merge_keeping_each_rows_fingerprint(tmp_path, capsys):
+    task = _task_file(tmp_path, 4)
+    files = []
+    for name, indices, fp in (("s0", [0, 1], "aaaaaaaaaaaa"), ("s1", [2, 3], "bbbbbbbbbbbb")):
+        path, _ = _shard(tmp_path, name, indices)
+        pq.write_table(pq.read_table(path).append_column("fingerprint", pa.array([fp] * 2)), path)
+        files.append(path)
+    out = tmp_path / "out.parquet"
+    merge_shards(files, str(task), str(out), str(tmp_path / "out.provenance.json"))
+    assert pq.read_table(out).column("fingerprint").to_pylist() == ["aaaaaaaaaaaa"] * 2 + ["bbbbbbbbbbbb"] * 2
+    assert "shards decoded in different environments" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("case,match", [
     ("duplicate", r"sample 2 is in two shards"),
     ("repeated", r"sample 1 appears 2 times"),

@@ -236,3 +236,146 @@ def test_methods_that_do_not_run_everywhere_show_dashes_and_skip_empty_rows():
     # where the scope says it runs, a missing row is still an error
     with pytest.raises(ValueError, match="backbone 'llada', task 'mbpp', method 'spa-r128'"):
         archer_table(summary[summary["method"] != "spa-r128"], spec, ORIGIN, BACKBONES, TASKS, scope)
+
+
+# ---- the papers' reported numbers beside the measured ones ---------------------------------------
+REPORTED = {  # row -> column -> the "paper's" value, chosen against hand_summary's numbers
+    "llada": {"archer": {"mbpp base (%)": 47.0,           # measured 48: +1.00, within 2 points
+                         "humaneval ET (%)": 37.5,         # measured 34: -3.50, outside
+                         "mbpp time (s)": 1.1,             # measured 1.0: -0.10, within 20%
+                         "mbpp speedup vs saber (x)": 3.0,  # measured 4.0: +1.00, outside 15%
+                         "overall quality (%)": 42.5},     # measured 42: -0.50, within
+              "saber": {"livecodebench time (s)": 4.0}},  # measured 4.0: 0, within
+    "dream": {"archer": {"mbpp": {"base (%)": 58.0}}},     # nested column; measured 58: within
+}
+TOLERANCE = {"%": {"absolute": 2}, "s": {"relative": 0.2}, "x": {"relative": 0.15}}
+REPORTED_SPEC = {"style": "archer", "extended_label": "ET", "operating_points": ARCHER_POINTS,
+                 "methods": ["saber", "archer"], "speedup_against": ["llada-confidence", "saber"],
+                 "reported": REPORTED, "tolerance": TOLERANCE}
+
+
+def test_reported_cells_get_their_difference_and_a_flag_beyond_the_tolerance():
+    from dlmpipe.analysis.tables import compare_reported, reproduction_summary
+
+    numbers, _ = archer_table(hand_summary(), REPORTED_SPEC, ORIGIN, BACKBONES, TASKS)
+    numbers, counts = compare_reported(numbers, REPORTED_SPEC)
+    rows = numbers.set_index(["backbone", "method"])
+    archer = rows.loc[("llada", "archer")]
+    expect = {"mbpp base (%)": (47.0, 1.0, False), "humaneval ET (%)": (37.5, -3.5, True),
+              "mbpp time (s)": (1.1, -0.1, False), "mbpp speedup vs saber (x)": (3.0, 1.0, True),
+              "overall quality (%)": (42.5, -0.5, False)}
+    for col, (rep, diff, flag) in expect.items():
+        assert archer[f"{col} reported"] == rep and archer[f"{col} diff"] == pytest.approx(diff), col
+        assert archer[f"{col} flag"] is flag, col
+    assert rows.loc[("dream", "archer"), "mbpp base (%) flag"] is False
+    assert rows.loc[("llada", "saber"), "livecodebench time (s) diff"] == 0
+    # rows without a reported value in a reported column: empty, not flagged
+    assert math.isnan(rows.loc[("dream", "saber"), "mbpp base (%) reported"])
+    assert rows.loc[("dream", "saber"), "mbpp base (%) flag"] is None
+    # the three columns follow the measured one
+    cols = list(numbers.columns)
+    i = cols.index("mbpp base (%)")
+    assert cols[i + 1:i + 4] == ["mbpp base (%) reported", "mbpp base (%) diff", "mbpp base (%) flag"]
+    assert counts == {"reported": 7, "compared": 7, "within": 5, "outside": 2, "unmeasured": 0}
+    text = reproduction_summary(counts, REPORTED_SPEC)
+    assert text.startswith("Reproduction: 7 of 7 reported cells compared, 5 within tolerance ✓, "
+                           "2 outside ✗.")
+    assert "±2 points" in text and "±20%" in text and "±15%" in text
+    shown = display_frame(numbers, "archer").set_index(["backbone", "method"])
+    assert shown.loc[("llada", "archer"), "mbpp base (%)"] == "48.00 (paper 47.00, +1.00 ✓)"
+    assert shown.loc[("llada", "archer"), "humaneval ET (%)"] == "34.00 (paper 37.50, -3.50 ✗)"
+    assert shown.loc[("llada", "archer"), "mbpp speedup vs saber"] == "4.00× (paper 3.00×, +1.00 ✗)"
+    assert shown.loc[("dream", "saber"), "mbpp base (%)"] == "52.00"
+    assert not any(c.endswith(("reported", "diff", "flag")) for c in shown.columns)
+
+
+def test_reported_cells_without_a_measurement_are_counted_not_compared():
+    from dlmpipe.analysis.tables import compare_reported
+
+    summary = hand_summary().assign(quality_plus=math.nan)  # a run without extended tests
+    spec = {**REPORTED_SPEC, "backbones": ["llada"]}
+    numbers, _ = archer_table(summary, spec, ORIGIN, BACKBONES, TASKS)
+    numbers, counts = compare_reported(numbers, spec)
+    row = numbers.set_index(["backbone", "method"]).loc[("llada", "archer")]
+    assert math.isnan(row["humaneval ET (%)"]) and row["humaneval ET (%) flag"] is None
+    # the ET cell has no measurement; dream's row is not in this table; Overall is now the
+    # mean of the three base scores, 46, beyond 2 points of 42.5
+    assert counts == {"reported": 7, "compared": 5, "within": 3, "outside": 2, "unmeasured": 2}
+    shown = display_frame(numbers, "archer")
+    assert shown.loc[1, "humaneval ET (%)"] == "– (paper 37.50)"
+
+
+def test_spa_tables_show_reported_tps_ratio_and_accuracy(tmp_path):
+    spec = {"style": "spa", "methods": ["llada-confidence", "archer-k11"], "tasks": ["humaneval"],
+            "backbones": ["llada"],
+            "reported": {"humaneval": {"archer-k11": {"llada": {
+                "TPS": 90.0, "TPS vs llada-confidence (x)": 6.4, "TTFT (ms)": 28.0,
+                "accuracy (%)": 48.5}}}},
+            "tolerance": {"%": {"absolute": 2}, "x": {"relative": 0.2}, "TPS": {"relative": 0.2},
+                          "ms": {"relative": 0.2}}}
+    summary = tmp_path / "summary.parquet"
+    hand_summary().to_parquet(summary)
+    write_tables(summary, {"t": spec}, ORIGIN, BACKBONES, TASKS, tmp_path)
+    csv = pd.read_csv(tmp_path / "t.csv").set_index("method").loc["archer-k11"]
+    assert csv["llada TPS diff"] == pytest.approx(10.0) and csv["llada TPS flag"] == False  # noqa: E712
+    assert csv["llada TPS vs llada-confidence (x) diff"] == pytest.approx(1.6)
+    assert csv["llada TPS vs llada-confidence (x) flag"] == True  # noqa: E712  8.0 vs 6.4: 25%
+    assert csv["llada accuracy (%) diff"] == pytest.approx(-0.5)
+    md = (tmp_path / "t.md").read_text()
+    assert "100.00 (8.0×) (paper 90.00, +10.00 ✓) (paper 6.4×, +1.6 ✗)" in md
+    assert "48.00 ± 5.00 (paper 48.50, -0.50 ✓)" in md and "28.0 (paper 28.0, +0.0 ✓)" in md
+    assert "Reproduction: 4 of 4 reported cells compared, 3 within tolerance ✓, 1 outside ✗." in md
+    assert "(paper 6.4×, +1.6 ✗)" in (tmp_path / "t.html").read_text()
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"reported": {"llada": {"archr": {"mbpp base (%)": 40}}}},
+     r"tables.t.reported.llada.archr: 'archr' is not a row of this table \(its rows: saber, archer\)"),
+    ({"reported": {"llama": {"archer": {"mbpp base (%)": 40}}}},
+     r"tables.t.reported.llama: 'llama' is not a backbone of this table"),
+    ({"reported": {"llada": {"archer": {"mbpp bse (%)": 40}}}},
+     r"tables.t.reported.llada.archer.mbpp bse \(%\): 'mbpp bse \(%\)' is not a column of this table"),
+    ({"reported": {"llada": {"archer": {"mbpp": {"speedup vs dkv (x)": 2}}}}},
+     r"reported.llada.archer.mbpp speedup vs dkv \(x\): .* is not a column"),
+    ({"tolerance": {"%": {"absolute": 2}}},
+     r"tables.t.reported.llada.archer.mbpp time \(s\): no tolerance for this column; give "
+     r"tables.t.tolerance.s"),
+    ({"tolerance": {**TOLERANCE, "secs": {"relative": 0.1}}},
+     r"tables.t.tolerance.secs: neither a unit"),
+])
+def test_a_typo_in_reported_rows_columns_or_tolerances_is_named(change, problem):
+    spec = {**REPORTED_SPEC, **change}
+    problems = table_problems("t", spec, ORIGIN, BACKBONES, TASKS, ["llada-confidence", "saber"])
+    assert any(__import__("re").search(problem, p) for p in problems), problems
+
+
+def test_spa_reported_rows_are_keyed_by_task_and_validated():
+    spec = {"style": "spa", "methods": ["llada-confidence", "spa"], "tasks": ["mbpp"],
+            "reported": {"mbpp": {"spa-r128": {"dream": {"TPS": 1.0, "TTFT (ms)": 2.0}}}},
+            "tolerance": {"TPS": {"relative": 0.2}, "ms": {"relative": 0.2}}}
+    assert table_problems("t", spec, ORIGIN, BACKBONES, TASKS, ["llada-confidence"]) == []
+    spec["reported"] = {"humaneval": spec["reported"]["mbpp"]}
+    assert table_problems("t", spec, ORIGIN, BACKBONES, TASKS, ["llada-confidence"]) == [
+        "tables.t.reported.humaneval: 'humaneval' is not a task of this table (mbpp)"]
+
+
+def test_rows_whose_numbers_mix_environments_are_marked(tmp_path):
+    summary = hand_summary().assign(fingerprint_warning="")
+    mixed = (summary["method"] == "archer-k11") & (summary["backbone"] == "llada")
+    summary.loc[mixed, "fingerprint_warning"] = "quality mixes 2 environments: a (1 samples), b (1 samples)"
+    spec = {"style": "archer", "operating_points": ARCHER_POINTS, "methods": ["saber", "archer"]}
+    numbers, _ = archer_table(summary, spec, ORIGIN, BACKBONES, TASKS)
+    assert numbers.set_index(["backbone", "method"]).loc[("llada", "archer"), "environment warning"] \
+        == "llada/mbpp/archer-k11: quality mixes 2 environments: a (1 samples), b (1 samples)"
+    shown = display_frame(numbers, "archer")
+    assert shown["method"].tolist() == ["saber", "archer ⚠", "saber", "archer"]
+    path = tmp_path / "summary.parquet"
+    summary.to_parquet(path)
+    write_tables(path, {"t": spec, "s": {"style": "spa", "methods": ["archer-k8"]}}, ORIGIN,
+                 BACKBONES, TASKS, tmp_path)
+    md = (tmp_path / "t.md").read_text()
+    assert "| archer ⚠ " in md and "- llada/mbpp/archer-k11: quality mixes 2 environments" in md
+    assert "⚠" in (tmp_path / "t.html").read_text()
+    # a table none of whose rows mix environments has neither the column nor the note
+    assert "⚠" not in (tmp_path / "s.md").read_text()
+    assert "environment warning" not in pd.read_csv(tmp_path / "s.csv").columns

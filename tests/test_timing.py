@@ -5,6 +5,7 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 
+from dlmpipe.environment import environment
 from dlmpipe.timing import rotation, run_timing_job
 
 
@@ -63,3 +64,7 @@ def test_timing_job_times_every_method_on_the_same_samples(tmp_path, toy_checkpo
         for row in rows[rows["method"] == m["name"]].itertuples():
             assert list(row.token_ids) == list(expected[row.sample_index]), (m["name"], row.sample_index)
     assert rows["device"].str.startswith("cpu:").all()  # the device and threads timed on
+    # one process, one environment: every row carries this process's fingerprint and fields
+    env = environment("cpu")
+    for column, value in env.items():
+        assert (rows[column] == value).all(), column

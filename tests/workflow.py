@@ -85,7 +85,7 @@ def fake_finished_run(workdir: Path, config: Path) -> None:
 def expected_counts(campaign) -> dict[str, int]:
     """Jobs per rule a campaign should plan (dlmpipe.campaign.Campaign)."""
     b, t, decoded = len(campaign.backbones), len(campaign.tasks), len(campaign.decoding_jobs())
-    counts = {"train_toy": sum(map(campaign.is_toy, campaign.backbones)), "prepare_backbone": b,
+    counts = {"prepare_backbone": b,
               "prepare_task": t, "generate": decoded, "score": decoded, "summarize": 1,
               "plot": 1, "plot_sweeps": 1, "all": 1,
               "time_methods": b * t}  # every method timed together, per (backbone, task)
@@ -106,6 +106,8 @@ def expected_counts(campaign) -> dict[str, int]:
         for rule, jobs in rules.items():
             if n:
                 counts[rule] = jobs * n
+    if (trained := sum(map(campaign.is_toy, campaign.backbones))):
+        counts["train_toy"] = trained  # shipped and path backbones are not trained
     shards = campaign.config["shards"]
     if shards > 1:  # N generate jobs per method, joined by one merge before scoring
         counts["generate"] *= shards

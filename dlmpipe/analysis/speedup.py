@@ -76,10 +76,39 @@ def paired_speedups(timing: pd.DataFrame, against: str, seed: int = 0, resamples
     return pd.DataFrame(rows, columns=GROUP + ["method", "speedup", "ci_low", "ci_high", "samples"])
 
 
+def timing_fingerprints(timing: pd.DataFrame) -> pd.DataFrame:
+    """Per (backbone, task, method) the environment fingerprint it was timed in
+    (``timing_fingerprint``; empty for timing written before fingerprints were recorded).
+
+    Raises when the timing of one (backbone, task) mixes fingerprints: the timing stage times
+    every method of a (backbone, task) in one process, so a mix means timing files of different
+    runs (other machines, versions or thread counts), and a speedup of a method timed in one
+    environment over a reference timed in another measures the environments, not the methods.
+    The error names each fingerprint with its files (``source_file``, set by ``read_timing``)
+    or methods."""
+    fp = (timing["fingerprint"].fillna("") if "fingerprint" in timing.columns
+          else pd.Series("", index=timing.index))
+    timing = timing.assign(timing_fingerprint=fp.replace("", "unrecorded"))
+    for (backbone, task), part in timing.groupby(GROUP, sort=False):
+        seen = part.groupby("timing_fingerprint", sort=True)
+        if len(seen) < 2:
+            continue
+        where = "source_file" if "source_file" in part.columns else "method"
+        listed = "; ".join(f"{f}: {', '.join(map(str, dict.fromkeys(g[where])))}"
+                           for f, g in seen)
+        raise ValueError(f"timing of {backbone}/{task} mixes environment fingerprints ({listed}): "
+                         "speedups need the reference and each method timed in one environment; "
+                         "rerun the timing job of this backbone and task")
+    out = timing.groupby(GROUP + ["method"], sort=False)["timing_fingerprint"].first().reset_index()
+    out["timing_fingerprint"] = out["timing_fingerprint"].replace("unrecorded", "")
+    return out
+
+
 def read_timing(paths) -> pd.DataFrame:
-    """The timing files of a campaign, one table; a (backbone, task, method, sample, repeat)
-    measured twice is an error (two files for one pair)."""
-    frames = [pd.read_parquet(p) for p in paths]
+    """The timing files of a campaign, one table (each row's file in ``source_file``); a
+    (backbone, task, method, sample, repeat) measured twice is an error (two files for one
+    pair)."""
+    frames = [pd.read_parquet(p).assign(source_file=str(p)) for p in paths]
     if not frames:
         raise ValueError("no timing files given")
     timing = pd.concat(frames, ignore_index=True)

@@ -6,20 +6,26 @@ given (median per-sample ratio with a bootstrap interval, ``speedup.py``), else 
 the generate jobs' mean times (no interval). Quality carries its binomial standard error and a
 95% Wilson interval. The Pareto flag is computed within each (backbone, task) on the point
 estimates; ``overlaps_front`` marks the other methods whose error bars reach the front.
+Every row names the environment (dlmpipe/environment.py) its numbers come from: speedups whose
+timing mixes environments are refused, qualities whose samples do are flagged
+(``fingerprint_warning``).
 """
 from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..environment import COLUMNS as ENVIRONMENT_COLUMNS
+from ..environment import FIELDS as ENVIRONMENT_FIELDS
 from ..io import atomic_write
 from .isolation import isolation_levels
 from .pareto import pareto_mask, reaches_front
-from .speedup import paired_speedups
+from .speedup import paired_speedups, timing_fingerprints
 
 KEYS = ["backbone", "task", "method"]
 Z95 = 1.959963984540054  # standard normal quantile of 0.975
@@ -28,7 +34,11 @@ SUMMARY_COLUMNS = KEYS + ["quality", "quality_se", "quality_ci_low", "quality_ci
                           "mean_generated_length", "mean_nfe", "mean_steps",
                           "mean_refreshes", "cached_fraction", "mean_recompute_fraction",
                           "mean_revisions", "speedup", "speedup_ci_low", "speedup_ci_high",
-                          "timed_samples", "reference", "pareto", "overlaps_front"]
+                          "timed_samples", "reference", "pareto", "overlaps_front",
+                          # the environment (dlmpipe/environment.py) of the generation rows the
+                          # quality comes from, the one the speedup was timed in, and a warning
+                          # where the generation rows mix environments (empty: none)
+                          *ENVIRONMENT_COLUMNS, "timing_fingerprint", "fingerprint_warning"]
 # per-sample measurements of the generate job (docs/METHODS.md §3); scores written before they
 # existed lack them, and their means are then empty
 MEASUREMENTS = {"tps": "mean_tps", "ttft_s": "mean_ttft_s", "generated_length": "mean_generated_length"}
@@ -36,7 +46,8 @@ OPTIONAL = [*MEASUREMENTS,
             "plus_passed",  # extended (EvalPlus "+", ET) tests, where the task has them
             "stats",  # per-sample statistics (JSON): mean_recompute_fraction reads them
             "isolation",  # the sandbox level of each score: the summary lists each row's levels
-            "subtask", "extraction_rule"]  # answer tasks: quality_by_subtask, verdicts_by_rule
+            "subtask", "extraction_rule",  # answer tasks: quality_by_subtask, verdicts_by_rule
+            *ENVIRONMENT_COLUMNS]  # the environment each sample was decoded in
 NEEDED = KEYS + ["sample_index", "score", "time_s", "nfe", "steps", "refreshes",
                  "cached_forwards", "revisions"]
 
@@ -90,11 +101,64 @@ def measurement_means(scores: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({mean: g[c].mean() for c, mean in MEASUREMENTS.items()}).reset_index()
 
 
+UNRECORDED = "unrecorded"  # rows written before fingerprints were recorded
+
+
+def _fingerprints(scores: pd.DataFrame) -> pd.Series:
+    """Each row's fingerprint; ``unrecorded`` where the row has none."""
+    if "fingerprint" not in scores.columns:
+        return pd.Series(UNRECORDED, index=scores.index)
+    return scores["fingerprint"].fillna("").replace("", UNRECORDED)
+
+
+def environments(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per (backbone, task, method) the environment its generation rows were decoded in: each
+    field's distinct values (`` | ``-joined, in fingerprint order, where shards differ), the
+    fingerprints, and ``fingerprint_warning`` where there are several. A quality over samples
+    decoded on different machines or software is informative but suspect (their tokens may
+    differ for the same sample), so it is flagged, not refused; empty where nothing was
+    recorded."""
+    scores = scores.assign(_fp=_fingerprints(scores))
+    rows = []
+    for key, part in scores.groupby(KEYS, sort=False):
+        counts = part["_fp"].value_counts().sort_index()
+        recorded = part[part["_fp"] != UNRECORDED]
+        firsts = recorded.groupby("_fp", sort=True).first()
+        row = dict(zip(KEYS, key))
+        for f in ENVIRONMENT_FIELDS:
+            values = firsts[f].fillna("").astype(str).tolist() if f in firsts.columns else []
+            row[f] = " | ".join(dict.fromkeys(values))
+        row["fingerprint"] = ", ".join(counts.index) if len(recorded) else ""
+        row["fingerprint_warning"] = "" if len(counts) < 2 else (
+            f"quality mixes {len(counts)} environments: "
+            + ", ".join(f"{fp} ({n} samples)" for fp, n in counts.items()))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=KEYS + [*ENVIRONMENT_COLUMNS, "fingerprint_warning"])
+
+
+def check_untimed_environments(scores: pd.DataFrame, reference: str) -> None:
+    """Without the timing stage a speedup divides mean times of separate generate jobs: refuse
+    it where a method's rows and the reference's were decoded in different environments."""
+    if "fingerprint" not in scores.columns:
+        return
+    scores = scores.assign(_fp=_fingerprints(scores))
+    for (backbone, task), part in scores.groupby(["backbone", "task"], sort=False):
+        ref = set(part.loc[part["method"] == reference, "_fp"])
+        for method, rows in part.groupby("method", sort=False):
+            seen = ref | set(rows["_fp"])
+            if len(seen) > 1:
+                raise ValueError(
+                    f"{backbone}/{task}: the speedup of {method!r} over {reference!r} would "
+                    f"divide times from different environments ({', '.join(sorted(seen))}); "
+                    "time them together (the timing stage) or decode them in one environment")
+
+
 def timed_speedups(table: pd.DataFrame, timing: pd.DataFrame, reference: str,
                    also_against: list[str] = (), seed: int = 0) -> pd.DataFrame:
     """Speedup columns from the timing stage: ``speedup`` (+ ``_ci_low``/``_ci_high``) over
     the reference and ``speedup_vs_<other>`` (+ interval) for each of ``also_against``; every
     summarized method must have been timed."""
+    fingerprints = timing_fingerprints(timing)  # raises where a (backbone, task) mixes them
     timed = timing[["backbone", "task", "method"]].drop_duplicates()
     lacking = table[KEYS].merge(timed, on=KEYS, how="left", indicator=True)
     lacking = lacking[lacking["_merge"] == "left_only"]
@@ -111,7 +175,7 @@ def timed_speedups(table: pd.DataFrame, timing: pd.DataFrame, reference: str,
         table = table.drop(columns=[c for c in (col, f"{col}_ci_low", f"{col}_ci_high")
                                     if c in table.columns])
         table = table.merge(paired, on=KEYS, how="left")
-    return table
+    return table.merge(fingerprints, on=KEYS, how="left")
 
 
 #: from the timing stage's rows (dlmpipe/timing.py), appended after the speedups when present
@@ -209,6 +273,7 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
         if (values := per_group(scores)) is not None:
             table = table.merge(values.rename(column).reset_index(), on=KEYS, how="left")
             extra.append(column)
+    table = table.merge(environments(scores), on=KEYS, how="left")
     if timing is not None:
         table = timed_speedups(table, timing, reference, also_against, seed)
         extra += [f"speedup_vs_{o}{end}" for o in also_against for end in ("", "_ci_low", "_ci_high")]
@@ -216,7 +281,9 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
             table = table.merge(batched, on=KEYS, how="left")
             extra += THROUGHPUT_COLUMNS
     else:
-        table = table.assign(speedup_ci_low=math.nan, speedup_ci_high=math.nan, timed_samples=0)
+        check_untimed_environments(scores, reference)
+        table = table.assign(speedup_ci_low=math.nan, speedup_ci_high=math.nan, timed_samples=0,
+                             timing_fingerprint="")
         for other in also_against:
             col = f"speedup_vs_{other}"
             times = table.loc[table["method"] == other, ["backbone", "task", "mean_time_s"]]
@@ -228,6 +295,7 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     table = front_flags(quality_uncertainty(table))
     table["n"] = table["n"].astype("int64")
     table["timed_samples"] = table["timed_samples"].fillna(0).astype("int64")
+    table["timing_fingerprint"] = table["timing_fingerprint"].fillna("")
     return table[SUMMARY_COLUMNS + extra].sort_values(KEYS[:2], kind="stable").reset_index(drop=True)
 
 
@@ -266,4 +334,7 @@ def summarize(scores: list[str], reference: str, out_parquet: str, out_csv: str,
                           read_timing(timing) if timing else None, seed)
     atomic_write(out_parquet, lambda p: table.to_parquet(p, index=False))
     atomic_write(out_csv, lambda p: table.to_csv(p, index=False, float_format="%.6g"))
+    for row in table[table["fingerprint_warning"] != ""].itertuples():
+        print(f"warning: {row.backbone}/{row.task}/{row.method}: {row.fingerprint_warning}",
+              file=sys.stderr, flush=True)
     return table

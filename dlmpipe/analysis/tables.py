@@ -14,6 +14,12 @@
 Which rows, and which point of a sweep a row shows per task, follow the table's spec
 (``table_spec.py``). The CSV holds the numbers (percent, seconds, milliseconds, ratios); the
 Markdown and HTML hold the same numbers formatted as the papers print them.
+
+Where the spec carries the paper's numbers (``reported``), each such cell is printed beside
+them: the CSV adds ``<col> reported``, ``<col> diff`` (measured - reported) and ``<col> flag``
+(|diff| beyond the tolerance), the Markdown and HTML show "measured (paper reported, diff ✓/✗)"
+and end with a reproduction summary. A row whose summary rows mix environments
+(``fingerprint_warning``, dlmpipe/analysis/summary.py) is marked ⚠ and its warning listed.
 """
 from __future__ import annotations
 
@@ -24,10 +30,13 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_write_text
-from .table_spec import Row, table_axes, table_rows
+from .table_spec import (Row, column_unit, reported_cells, row_axis, table_axes, table_rows,
+                         tolerance_for)
 
 KEYS = ["backbone", "task", "method"]
 MISSING = "–"
+WARNING = "environment warning"  # column of the rows whose numbers mix environments
+WITHIN, OUTSIDE, MIXED = "✓", "✗", "⚠"
 
 
 class Scope:
@@ -54,6 +63,21 @@ class Scope:
     def shows(self, row: Row, cells: list[tuple[str, str]]) -> bool:
         """A row is shown where its method runs on at least one of the cells."""
         return any(self.runs(row.methods[(b, t)], b, t) for b, t in cells)
+
+
+def _warn(warnings: list[str], s: pd.Series, backbone: str, task: str, method: str) -> None:
+    """Collect the summary row's environment warning (empty where its samples share one)."""
+    w = s.get("fingerprint_warning")
+    if isinstance(w, str) and w:
+        warnings.append(f"{backbone}/{task}/{method}: {w}")
+
+
+def _with_warnings(out: list[dict]) -> pd.DataFrame:
+    """The rows; the warning column only where some row has a warning."""
+    numbers = pd.DataFrame(out)
+    if WARNING in numbers.columns and not numbers[WARNING].astype(bool).any():
+        numbers = numbers.drop(columns=WARNING)
+    return numbers
 
 
 def _speedup_column(against: str, reference: str) -> str:
@@ -104,9 +128,10 @@ def archer_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], back
             if not where.shows(row, [(b, t) for t in tasks]):
                 continue
             line = {"backbone": b, "method": row.label}
-            quality, speedups = [], {a: [] for a in against}
+            quality, speedups, warnings = [], {a: [] for a in against}, []
             for t in tasks:
                 s = where.lookup(idx, b, t, row.methods[(b, t)])
+                _warn(warnings, s, b, t, row.methods[(b, t)])
                 line[f"{t} base (%)"] = 100 * s["quality"]
                 quality.append(line[f"{t} base (%)"])
                 if extended[t]:
@@ -124,8 +149,9 @@ def archer_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], back
             line["overall quality (%)"] = _mean(quality)
             for a in against:
                 line[f"overall speedup vs {a} (x)"] = _mean(speedups[a])
+            line[WARNING] = "; ".join(warnings)
             out.append(line)
-    return pd.DataFrame(out), _points_note(rows, backbones, tasks)
+    return _with_warnings(out), _points_note(rows, backbones, tasks)
 
 
 def spa_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], backbones: list[str],
@@ -142,9 +168,10 @@ def spa_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], backbon
         for row in rows:
             if not where.shows(row, [(b, t) for b in backbones]):
                 continue
-            line = {"task": t, "method": row.label}
+            line, warnings = {"task": t, "method": row.label}, []
             for b in backbones:
                 s = where.lookup(idx, b, t, row.methods[(b, t)])
+                _warn(warnings, s, b, t, row.methods[(b, t)])
                 line[f"{b} TPS"] = s["mean_tps"]
                 line[f"{b} TPS vs {against} (x)"] = s["mean_tps"] / where.lookup(idx, b, t, against)["mean_tps"]
                 line[f"{b} TTFT (ms)"] = 1000 * s["mean_ttft_s"]
@@ -153,13 +180,103 @@ def spa_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], backbon
                 if "throughput_tps" in s.index:  # the timing stage's batched pass
                     line[f"{b} throughput (tok/s)"] = s["throughput_tps"]
                     line[f"{b} batch"] = s["batch_size"]
+            line[WARNING] = "; ".join(warnings)
             out.append(line)
-    return pd.DataFrame(out), _points_note(rows, backbones, tasks)
+    return _with_warnings(out), _points_note(rows, backbones, tasks)
+
+
+# ---- the paper's reported numbers beside the measured ones --------------------------------------
+REPORTED_ENDS = (" reported", " diff", " flag")
+
+
+def compare_reported(numbers: pd.DataFrame, spec: dict) -> tuple[pd.DataFrame, dict]:
+    """``numbers`` with ``<col> reported``, ``<col> diff`` (measured - reported, in the column's
+    unit) and ``<col> flag`` (True where |diff| exceeds the column's tolerance; empty where a
+    side is missing) after each column the spec reports, and the reproduction counts: reported
+    cells, compared (both sides present), within tolerance, outside, not measured."""
+    cells = reported_cells(spec)
+    axis = row_axis(spec["style"])
+    counts = {"reported": len(cells), "compared": 0, "within": 0, "outside": 0, "unmeasured": 0}
+    if not cells:
+        return numbers, counts
+    numbers = numbers.copy()
+    keys = list(zip(numbers[axis], numbers["method"])) if len(numbers) else []
+    found = set()
+    for col in dict.fromkeys(c for _, _, c in cells):
+        if col not in numbers.columns:  # e.g. extended tests the run does not have
+            numbers[col] = math.nan
+        reported = [cells.get((o, m, col), math.nan) for o, m in keys]
+        found |= {(o, m, col) for o, m in keys if (o, m, col) in cells}
+        kind, amount = tolerance_for(spec, col)
+        diffs, flags = [], []
+        for measured, rep in zip(numbers[col].astype(float), reported):
+            diff = measured - rep
+            diffs.append(diff)
+            if pd.isna(diff):
+                flags.append(None)
+                counts["unmeasured"] += not pd.isna(rep)
+                continue
+            bound = amount if kind == "absolute" else amount * abs(rep)
+            flags.append(bool(abs(diff) > bound + 1e-9))
+            counts["compared"] += 1
+            counts["outside" if flags[-1] else "within"] += 1
+        numbers[f"{col} reported"], numbers[f"{col} diff"] = reported, diffs
+        numbers[f"{col} flag"] = pd.Series(flags, index=numbers.index, dtype="object")
+    counts["unmeasured"] += len(set(cells) - found)  # rows the table does not show
+    order = []
+    for c in numbers.columns:
+        if not c.endswith(REPORTED_ENDS):
+            order += [c] + [f"{c}{e}" for e in REPORTED_ENDS if f"{c}{e}" in numbers.columns]
+    return numbers[order], counts
+
+
+def _tolerance_text(spec: dict, columns: list[str]) -> str:
+    """The tolerances the reported columns use, by unit (or by column where one has its own):
+    "±2 points (%); ±15% (x)"."""
+    own = spec.get("tolerance") or {}
+    seen = {}
+    for c in columns:
+        kind, amount = tolerance_for(spec, c)
+        unit = column_unit(c)
+        amount_text = (f"±{amount:g} {'points' if unit == '%' else unit}" if kind == "absolute"
+                       else f"±{100 * amount:g}%")
+        seen.setdefault(f"{amount_text} ({c if c in own else unit})", None)
+    return "; ".join(seen)
+
+
+def reproduction_summary(counts: dict, spec: dict) -> str:
+    """One line: how many reported cells were compared, and how many are within tolerance."""
+    if not counts["reported"]:
+        return ""
+    columns = list(dict.fromkeys(c for _, _, c in reported_cells(spec)))
+    text = (f"Reproduction: {counts['compared']} of {counts['reported']} reported cells compared, "
+            f"{counts['within']} within tolerance {WITHIN}, {counts['outside']} outside {OUTSIDE}")
+    if counts["unmeasured"]:
+        text += f", {counts['unmeasured']} without a measurement"
+    return text + f". Tolerance: {_tolerance_text(spec, columns)}."
 
 
 # ---- formatting: the numbers as the papers print them -------------------------------------------
 def _fmt(value, digits: int = 2, suffix: str = "") -> str:
     return MISSING if value is None or pd.isna(value) else f"{value:.{digits}f}{suffix}"
+
+
+def _beside(numbers: pd.DataFrame, col: str, texts: list[str], digits: int = 2,
+            suffix: str = "") -> list[str]:
+    """``texts`` with the paper's value, the difference and the verdict where ``col`` has a
+    reported value: "41.20 (paper 42.07, -0.87 ✓)"."""
+    if f"{col} reported" not in numbers.columns:
+        return texts
+    out = []
+    for text, rep, diff, flag in zip(texts, numbers[f"{col} reported"], numbers[f"{col} diff"],
+                                     numbers[f"{col} flag"]):
+        if pd.isna(rep):
+            out.append(text)
+            continue
+        verdict = ("" if flag is None or pd.isna(flag)
+                   else f"{diff:+.{digits}f} {OUTSIDE if flag else WITHIN}")
+        out.append(f"{text} (paper {_fmt(rep, digits, suffix)}" + (f", {verdict})" if verdict else ")"))
+    return out
 
 
 def display_frame(numbers: pd.DataFrame, style: str) -> pd.DataFrame:
@@ -168,29 +285,37 @@ def display_frame(numbers: pd.DataFrame, style: str) -> pd.DataFrame:
     cols = list(numbers.columns)
     shown = {}
     for c in cols:
-        if c.endswith(("ci_low", "ci_high")) or " SE (%)" in c or (style == "spa" and " TPS vs " in c):
+        if (c.endswith(("ci_low", "ci_high", *REPORTED_ENDS)) or " SE (%)" in c or c == WARNING
+                or (style == "spa" and " TPS vs " in c)):
             continue  # folded into the column they belong to
         values = numbers[c]
         if c.endswith("(x)"):
             low, high = f"{c} ci_low", f"{c} ci_high"
-            shown[c.removesuffix(" (x)")] = [
+            shown[c.removesuffix(" (x)")] = _beside(numbers, c, [
                 _fmt(v, suffix="×") + (f" [{_fmt(lo)}, {_fmt(hi)}]" if low in numbers
                                        and not pd.isna(lo) else "")
-                for v, lo, hi in zip(values, numbers.get(low, values), numbers.get(high, values))]
+                for v, lo, hi in zip(values, numbers.get(low, values), numbers.get(high, values))],
+                suffix="×")
         elif style == "spa" and c.endswith(" TPS"):
             ratio = next(k for k in cols if k.startswith(f"{c} vs "))
-            shown[c] = [f"{_fmt(v)} ({_fmt(r, 1, '×')})" for v, r in zip(values, numbers[ratio])]
+            shown[c] = _beside(numbers, ratio, _beside(numbers, c, [
+                f"{_fmt(v)} ({_fmt(r, 1, '×')})" for v, r in zip(values, numbers[ratio])]),
+                digits=1, suffix="×")
         elif c.endswith(" batch"):
             shown[c] = [MISSING if pd.isna(v) else str(int(v)) for v in values]
         elif c.endswith("TTFT (ms)"):
-            shown[c] = [_fmt(v, 1) for v in values]
+            shown[c] = _beside(numbers, c, [_fmt(v, 1) for v in values], digits=1)
         elif style == "spa" and c.endswith(" accuracy (%)"):
             se = numbers[c.replace(" accuracy (%)", " SE (%)")]
-            shown[c] = [_fmt(v) + ("" if pd.isna(e) else f" ± {_fmt(e)}") for v, e in zip(values, se)]
+            shown[c] = _beside(numbers, c, [_fmt(v) + ("" if pd.isna(e) else f" ± {_fmt(e)}")
+                                            for v, e in zip(values, se)])
         elif pd.api.types.is_numeric_dtype(values):
-            shown[c] = [_fmt(v) for v in values]
+            shown[c] = _beside(numbers, c, [_fmt(v) for v in values])
         else:
             shown[c] = values.tolist()
+    if WARNING in numbers.columns:  # the rows whose numbers mix environments
+        shown["method"] = [f"{m} {MIXED}" if w else m
+                           for m, w in zip(shown["method"], numbers[WARNING].fillna(""))]
     return pd.DataFrame(shown)
 
 
@@ -198,21 +323,35 @@ TITLES = {"archer": "Archer-style: Pass@1 (%), seconds per problem and speedups 
           "spa": "SPA-style: tokens per second (ratio to the reference), TTFT (ms), accuracy (%) ± SE"}
 
 
-def render_markdown(name: str, style: str, shown: pd.DataFrame, notes: list[str]) -> str:
+ENVIRONMENT_NOTE = (f"{MIXED} Numbers of these rows come from samples decoded in different "
+                    "environments (dlmpipe/environment.py); compare them with care:")
+
+
+def render_markdown(name: str, style: str, shown: pd.DataFrame, notes: list[str],
+                    reproduction: str = "", warnings: list[str] = ()) -> str:
     text = f"## {name}\n\n{TITLES[style]}.\n\n{shown.to_markdown(index=False, disable_numparse=True)}\n"
+    if reproduction:
+        text += f"\n{reproduction}\n"
     if notes:
         text += "\nOperating points:\n\n" + "".join(f"- {n}\n" for n in notes)
+    if warnings:
+        text += f"\n{ENVIRONMENT_NOTE}\n\n" + "".join(f"- {w}\n" for w in warnings)
     return text
 
 
-def render_html(name: str, style: str, shown: pd.DataFrame, notes: list[str]) -> str:
-    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+def render_html(name: str, style: str, shown: pd.DataFrame, notes: list[str],
+                reproduction: str = "", warnings: list[str] = ()) -> str:
+    def items(lines):
+        return "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in lines) + "</ul>"
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(name)}</title>"
             "<style>table{border-collapse:collapse;font:13px sans-serif}td,th{border:1px solid #ccc;"
             "padding:3px 6px;text-align:right}</style></head><body>"
             f"<h2>{html.escape(name)}</h2><p>{html.escape(TITLES[style])}.</p>"
             f"{shown.to_html(index=False, border=0)}"
-            + (f"<p>Operating points:</p><ul>{items}</ul>" if notes else "") + "</body></html>")
+            + (f"<p>{html.escape(reproduction)}</p>" if reproduction else "")
+            + (f"<p>Operating points:</p>{items(notes)}" if notes else "")
+            + (f"<p>{html.escape(ENVIRONMENT_NOTE)}</p>{items(warnings)}" if warnings else "")
+            + "</body></html>")
 
 
 BUILDERS = {"archer": archer_table, "spa": spa_table}
@@ -228,11 +367,17 @@ def write_tables(summary: str | Path, tables: dict[str, dict], origin: dict[str,
     for name, spec in tables.items():
         style = spec["style"]
         numbers, notes = BUILDERS[style](table, spec, origin, backbones, tasks, scope)
+        numbers, counts = compare_reported(numbers, spec)
+        reproduction = reproduction_summary(counts, spec)
+        warnings = ([w for ws in numbers[WARNING].fillna("") if ws for w in ws.split("; ")]
+                    if WARNING in numbers.columns else [])
         shown = display_frame(numbers, style)
         for suffix, text in (("csv", numbers.to_csv(index=False, float_format="%.6g")),
-                             ("md", render_markdown(name, style, shown, notes)),
-                             ("html", render_html(name, style, shown, notes))):
+                             ("md", render_markdown(name, style, shown, notes, reproduction, warnings)),
+                             ("html", render_html(name, style, shown, notes, reproduction, warnings))):
             path = out / f"{name}.{suffix}"
             atomic_write_text(path, text)
             written.append(path)
+        if reproduction:
+            print(f"{name}: {reproduction}", flush=True)
     return written

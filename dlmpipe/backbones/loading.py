@@ -25,6 +25,7 @@ import torch
 from .checkpoint_config import CheckpointError, read_config
 from .model import Backbone, BackboneConfig
 from .prompts import ChatPrompt, chat_ids
+from .shipped import check_sha256
 from .tokenizer import load_tokenizer, resolve_special_ids
 from .weights import checkpoint_key_map, plan_reads, read_tensors, shard_files
 
@@ -97,11 +98,14 @@ def check_checkpoint(path: str | Path) -> BackboneConfig:
 
 
 def load_backbone(path: str | Path, dtype: str | torch.dtype = "float32",
-                  device: str | torch.device = "cpu", with_tokenizer: bool = True) -> LoadedBackbone:
-    """Load a local checkpoint directory into the native backbone (see the module docstring)."""
+                  device: str | torch.device = "cpu", with_tokenizer: bool = True,
+                  sha256: dict[str, str] | None = None) -> LoadedBackbone:
+    """Load a local checkpoint directory into the native backbone (see the module docstring).
+    ``sha256``: {safetensors file: hash} the weight files must have, checked first."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: checkpoint directory does not exist")
+    check_sha256(path, sha256)
     if isinstance(dtype, str) and dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     torch_dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype

@@ -2,7 +2,8 @@
 
 ``prepare-backbone`` checks that the directory loads (config, shards, keys, shapes, tokenizer)
 and writes ``backbones/{b}/manifest.json`` with the path, family, special ids and a fingerprint
-of the weight files, so downstream jobs rerun when the checkpoint changes.
+of the weight files, so downstream jobs rerun when the checkpoint changes; with the weights'
+pinned sha256 (checked here and again by every job that loads them, dlmpipe/backbones/shipped.py).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from ..io import atomic_write_json
 from .loading import check_checkpoint
+from .shipped import check_sha256
 
 
 def checkpoint_fingerprint(path: Path) -> str:
@@ -25,11 +27,14 @@ def checkpoint_fingerprint(path: Path) -> str:
 
 
 def write_manifest(path: str | Path, out: str | Path, name: str, dtype: str = "float32",
-                   chat: bool = False) -> dict:
+                   chat: bool = False, sha256: dict[str, str] | None = None) -> dict:
+    """``sha256``: the weight files' pinned hashes (checked here, recorded for every loader)."""
     path = Path(path).resolve()
     cfg = check_checkpoint(path)
+    check_sha256(path, sha256)
     manifest = {"name": name, "path": str(path), "family": cfg.family, "dtype": dtype,
-                "chat": chat, "config": cfg.to_dict(), "fingerprint": checkpoint_fingerprint(path)}
+                "chat": chat, "config": cfg.to_dict(), "fingerprint": checkpoint_fingerprint(path),
+                **({"sha256": sha256} if sha256 else {})}
     atomic_write_json(out, manifest)
     return manifest
 

@@ -2,8 +2,11 @@
 
 The result is saved in LLaDA's exact on-disk format (config.json with LLaDA's fields, sharded
 safetensors with LLaDA's key names, a character-level tokenizer loadable with AutoTokenizer),
-so it goes through the very loader real LLaDA checkpoints use. Deterministic given the seed and
-the thread count.
+so it goes through the very loader real LLaDA checkpoints use. Deterministic given the options
+(seed, thread count, ...) and the CPU kernels torch picks: another torch version or CPU
+capability (AVX2 / AVX512) rounds sums differently and trains other weights, which is why the
+default campaign decodes a shipped toy (dlmpipe/backbones/shipped.py). ``training.json`` beside
+the weights records every option, that environment and the weights' sha256.
 """
 from __future__ import annotations
 
@@ -143,7 +146,14 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
               d_model: int = 128, n_layers: int = 4, n_heads: int = 4, mlp_hidden: int = 384,
               gen_length: int = 16, lr: float = 3e-3, threads: int = 2, pretrain_fraction: float = 0.0,
               tasks: tuple[str, ...] = ("toy_code", "toy_arith"), log=print) -> dict:
-    """Train and save the toy backbone; returns training statistics."""
+    """Train and save the toy backbone; returns training statistics (with ``options``, every
+    keyword argument above, and ``environment``, what else decides the exact bits)."""
+    from .shipped import training_environment, weight_sha256
+
+    options = {"seed": seed, "steps": steps, "batch_size": batch_size, "d_model": d_model,
+               "n_layers": n_layers, "n_heads": n_heads, "mlp_hidden": mlp_hidden,
+               "gen_length": gen_length, "lr": lr, "threads": threads,
+               "pretrain_fraction": pretrain_fraction, "tasks": list(tasks)}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(threads)
@@ -194,6 +204,9 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
     save_llada_checkpoint(model, tok, out_dir)
     stats = {"seed": seed, "steps": steps, "batch_size": batch_size, "final_loss": sum(losses[-50:]) / 50,
              "train_seconds": time.perf_counter() - start, "parameters": sum(p.numel() for p in model.parameters())}
-    atomic_write_json(out_dir / "training.json", stats)
+    record = {"options": options, "environment": training_environment(threads),
+              "sha256": weight_sha256(out_dir),
+              "stats": {k: stats[k] for k in ("final_loss", "train_seconds", "parameters")}}
+    atomic_write_json(out_dir / "training.json", record)
     log(f"toy backbone: {stats}")
-    return stats
+    return {**stats, "options": options, "environment": record["environment"], "sha256": record["sha256"]}

@@ -92,7 +92,10 @@ def write_proxies(manifest: str | Path, out: str | Path) -> dict:
     from ..backbones.manifest import read_manifest
     from ..io import atomic_write
 
+    from ..backbones.shipped import check_sha256
+
     man = read_manifest(manifest)
+    check_sha256(man["path"], man.get("sha256"))  # the pinned weights, as every loader checks
     s_all, bt_all = value_svd(read_value_weights(man["path"]))
     tensors = {}
     for i, (s, bt) in enumerate(zip(s_all, bt_all)):

@@ -14,8 +14,8 @@ import torch
 
 from .. import registry
 from ..decode import DecodeResult
-from ..generate import (GENERATION_SCHEMA, Journal, bind_job_method, device_name, generation_row,
-                        job_samples, load_job_model, resolve_device, sample_seed)
+from ..generate import (GENERATION_SCHEMA, JOURNAL_FORMAT, Journal, bind_job_method, device_name,
+                        generation_row, job_samples, load_job_model, resolve_device, sample_seed)
 from ..io import atomic_write_parquet
 
 PAIR_SCHEMA = pa.schema([
@@ -42,7 +42,8 @@ def _open(manifest: str, task_file: str, method: dict, out: str, device: str, li
     rows = read_task_table(task_file)
     indices = job_samples(len(rows), "0/1", limit)
     journal = Journal(Path(out).with_name(Path(out).name + ".journal.jsonl"),
-                      {**identity, "method": method, "task_file_rows": len(rows), "limit": limit,
+                      {**identity, "format": JOURNAL_FORMAT, "method": method,
+                       "task_file_rows": len(rows), "limit": limit,
                        "backbone": man.get("fingerprint"), "device": device_name(dev)})
     return man, method, dev, rows, indices, journal
 

@@ -20,13 +20,16 @@ rule train_toy:
 
 
 rule prepare_backbone:
-    """Check that the checkpoint loads (config, shards, keys, shapes, tokenizer); write its manifest."""
+    """Check that the checkpoint loads (config, shards, keys, shapes, tokenizer) and that its
+    weight files have the pinned sha256 (the backbone's `sha256`, a shipped one's record);
+    write its manifest, which carries the hashes to every job that loads the weights."""
     input:
         unpack(backbone_input),
     output:
         f"{R}/backbones/{{backbone}}/manifest.json",
     params:
         path=lambda w: checkpoint_dir(w.backbone),
+        sha256=lambda w: as_json(CAMPAIGN.weight_sha256(w.backbone)),
         dtype=lambda w: config["backbones"][w.backbone]["dtype"],
         chat=lambda w: "--chat" if config["backbones"][w.backbone]["chat"] else "",
     log:
@@ -35,4 +38,4 @@ rule prepare_backbone:
         "../../envs/generate.yaml"
     shell:
         "python -m dlmpipe prepare-backbone --path {params.path:q} --name {wildcards.backbone}"
-        " --dtype {params.dtype} {params.chat} --out {output} > {log} 2>&1"
+        " --dtype {params.dtype} {params.chat} --sha256 {params.sha256:q} --out {output} > {log} 2>&1"

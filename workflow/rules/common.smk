@@ -37,15 +37,16 @@ def in_campaign_order(value):
 
 
 def checkpoint_dir(backbone):
-    """Where a backbone's weights live: trained by the workflow (toy) or a local directory."""
+    """Where a backbone's weights live: trained by the workflow (toy), shipped with dlmpipe
+    (dlmpipe/shipped/<name>) or a local directory."""
     if CAMPAIGN.is_toy(backbone):
         return f"{R}/checkpoints/{backbone}"
-    return str(Path(config["backbones"][backbone]["path"]).expanduser().resolve())
+    return str(CAMPAIGN.checkpoint_path(backbone))
 
 
 def backbone_input(wildcards):
-    """The trained toy directory, or every file of a local checkpoint directory (so replacing
-    weights or tokenizer re-checks it and reruns what decoded with it)."""
+    """The trained toy directory, or every file of a shipped or local checkpoint directory (so
+    replacing weights or tokenizer re-checks it and reruns what decoded with it)."""
     if CAMPAIGN.is_toy(wildcards.backbone):
         return {"checkpoint": checkpoint_dir(wildcards.backbone)}
     files = Path(checkpoint_dir(wildcards.backbone)).iterdir()

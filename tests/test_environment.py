@@ -1,0 +1,62 @@
+"""The environment fingerprint (dlmpipe/environment.py): its fields, and an id that changes
+exactly when a field does."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from dlmpipe.environment import COLUMNS, FIELDS, environment, fingerprint_id, provenance_versions
+
+
+def test_the_cpu_environment_names_the_machine_and_software_and_no_gpu():
+    env = environment("cpu")
+    assert tuple(env) == COLUMNS
+    assert env["gpu_name"] == env["gpu_driver"] == env["cuda_version"] == ""  # decoding on the CPU
+    assert env["cpu_model"] and env["torch_version"] == torch.__version__
+    assert env["transformers_version"] and env["dlmpipe_revision"]
+    assert env["torch_threads"] == str(torch.get_num_threads())
+    assert env["omp_num_threads"] == os.environ.get("OMP_NUM_THREADS", "")
+    assert env["fingerprint"] == fingerprint_id(env) and len(env["fingerprint"]) == 12
+    assert environment(torch.device("cpu")) == env  # once per process: the same facts
+    # provenance names the same versions and revision (one fact, one place)
+    versions = provenance_versions()
+    assert versions["torch"] == env["torch_version"]
+    assert versions["git_revision"] == env["dlmpipe_revision"]
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_the_fingerprint_changes_when_a_field_changes(field):
+    env = {f: f"value of {f}" for f in FIELDS}
+    assert fingerprint_id({**env, field: env[field] + "'"}) != fingerprint_id(env)
+    assert fingerprint_id({**env, field: ""}) != fingerprint_id(env)
+
+
+def test_the_fingerprint_does_not_change_otherwise():
+    env = {f: f"value of {f}" for f in FIELDS}
+    shuffled = dict(reversed(list(env.items())))
+    assert fingerprint_id(shuffled) == fingerprint_id(env)
+    # the id itself, or anything outside the fields (a host name), does not enter it
+    assert fingerprint_id({**env, "fingerprint": "x", "host": "node7"}) == fingerprint_id(env)
+    assert fingerprint_id({**env, "torch_threads": 4}) == fingerprint_id({**env, "torch_threads": "4"})
+    assert fingerprint_id({**env, "gpu_name": None}) == fingerprint_id({**env, "gpu_name": ""})
+
+
+def test_a_gpu_environment_names_the_gpu_driver_and_cuda(monkeypatch):
+    """The CUDA branch without a GPU: the GPU's facts fill the three fields and change the id."""
+    import dlmpipe.environment as environment_module
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA H200")
+    monkeypatch.setattr(environment_module, "nvidia_driver", lambda: "550.54.15")
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    environment_module._environment.cache_clear()
+    try:
+        gpu = environment("cuda:0")
+    finally:
+        environment_module._environment.cache_clear()
+    assert (gpu["gpu_name"], gpu["gpu_driver"], gpu["cuda_version"]) == ("NVIDIA H200", "550.54.15", "12.4")
+    cpu = environment("cpu")
+    assert {k: v for k, v in gpu.items() if not k.startswith(("gpu", "cuda", "fingerprint"))} == \
+        {k: v for k, v in cpu.items() if not k.startswith(("gpu", "cuda", "fingerprint"))}
+    assert gpu["fingerprint"] != cpu["fingerprint"]

@@ -1,0 +1,175 @@
+"""The default campaign's picture on the shipped toy, as config.yaml states it beside each method
+(`# toy: ...`), and the stored expected results (tests/data/toy_expected.json: qualities and
+per-sample token hashes).
+
+One module-scoped run decodes and scores every default method on both tasks through the
+workflow's job functions (tests/toy_expected.py), on the first SAMPLES samples of each task to
+stay fast; the verdict classes are checked on those, the stored hashes sample by sample.
+
+After adding a method to config.yaml (or shipping another toy): state its expected behaviour in
+its block (`    # toy: exact|near|lossy`, see ``parse_expectations``), then regenerate the stored
+results with one command from the repository root:
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dlmpipe.backbones.shipped import read_record
+
+from .toy_expected import default_campaign, differences, read_expected, run
+from .workflow import REPO
+
+SAMPLES = 20  # of each task's 40
+TASKS = ("toy_code", "toy_arith")
+# Verdict classes (qualities on the toy, the share of samples that pass). A gap between `near`
+# and `lossy` keeps them apart: a method landing in it is neither and fails.
+CLASSES = {
+    "exact": lambda q: q == 1.0,          # every sample right, as the full-recompute reference
+    "near": lambda q: q >= 0.9,           # at most a small loss
+    "lossy": lambda q: q <= 0.8,          # clearly below the reference
+}
+
+
+def parse_expectations(text: str, methods: dict[str, str]) -> dict[tuple[str, str], str]:
+    """``{(method, task): class}`` from config.yaml's ``# toy: ...`` lines, each inside a method's
+    block under ``methods:``. A line holds entries separated by ``;``, each an optional expanded
+    method name (for a sweep's points; default: every method of the block) then either a class
+    (both tasks) or ``task class`` pairs separated by commas; text in parentheses is commentary.
+    ``methods``: expanded method -> its base (``Campaign.origin``)."""
+    out: dict[tuple[str, str], str] = {}
+    base = None
+    in_methods = False
+    for line in text.splitlines():
+        if re.match(r"^\S", line):
+            in_methods = line.startswith("methods:")
+            base = None
+            continue
+        if not in_methods:
+            continue
+        if (m := re.match(r"^  ([A-Za-z0-9][\w.+-]*):", line)):
+            base = m.group(1)
+            continue
+        m = re.match(r"^\s+# toy: (.*)$", line)
+        if not m or base is None:
+            continue
+        spec = re.sub(r"\([^)]*\)", "", m.group(1))
+        for entry in filter(None, (e.strip() for e in spec.split(";"))):
+            words = entry.replace(",", " ").split()
+            targets = [n for n, b in methods.items() if b == base]
+            if words[0] in methods:
+                targets, words = [words.pop(0)], words
+            pairs = [(t, words[0]) for t in TASKS] if len(words) == 1 else list(zip(words[::2], words[1::2]))
+            for name in targets:
+                for task, cls in pairs:
+                    assert task in TASKS and cls in CLASSES, f"config.yaml `# toy: {m.group(1)}`: {entry!r}"
+                    out[(name, task)] = cls
+    return out
+
+
+@pytest.fixture(scope="module")
+def campaign():
+    return default_campaign()
+
+
+@pytest.fixture(scope="module")
+def expectations(campaign):
+    return parse_expectations((REPO / "config.yaml").read_text(), dict(campaign.origin))
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("toy-campaign")
+    try:
+        return root, run(root, limit=SAMPLES)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_every_default_method_states_its_behaviour_on_the_toy(campaign, expectations):
+    missing = [f"{m} on {t}" for m in campaign.methods for t in TASKS if (m, t) not in expectations]
+    assert not missing, ("config.yaml states no expected behaviour on the toy for " + ", ".join(missing)
+                         + ": add `    # toy: exact|near|lossy` to the method's block")
+
+
+def test_the_parser_reads_sweeps_tasks_and_commentary():
+    text = ("methods:\n  a:\n    # toy: exact (100%)\n    sampler: {}\n  b:\n"
+            "    # toy: b-k1 exact; b-k2 toy_code lossy, toy_arith near (stale)\n"
+            "tasks:\n  x:\n    # toy: lossy\n")
+    assert parse_expectations(text, {"a": "a", "b-k1": "b", "b-k2": "b"}) == {
+        ("a", "toy_code"): "exact", ("a", "toy_arith"): "exact", ("b-k1", "toy_code"): "exact",
+        ("b-k1", "toy_arith"): "exact", ("b-k2", "toy_code"): "lossy", ("b-k2", "toy_arith"): "near"}
+
+
+def test_each_method_behaves_on_the_shipped_toy_as_config_says(measured, expectations):
+    """The class must hold over this run's first SAMPLES samples and over all 40 of the stored
+    results (the campaign's summary quality), whose first SAMPLES this run reproduces."""
+    _, measured = measured
+    stored = read_expected()["results"]
+    wrong = []
+    for (method, task), cls in sorted(expectations.items()):
+        key = f"{task}/{method}"
+        for quality, over in ((measured[key]["quality"], f"the first {SAMPLES} samples"),
+                              (stored[key]["quality"], "all 40 samples (stored)")):
+            if not CLASSES[cls](quality):
+                wrong.append(f"{method} on {task}: {100 * quality:.1f}% over {over}, config.yaml says {cls}")
+    assert not wrong, "\n".join(wrong)
+    # the classes say something: the reference is exact, some method is lossy on each task
+    assert all(expectations[("llada-confidence", t)] == "exact" for t in TASKS)
+    assert all(any(c == "lossy" for (m, t), c in expectations.items() if t == task) for task in TASKS)
+
+
+def test_the_stored_expected_results_are_of_the_shipped_toy_and_every_default_method(campaign):
+    stored = read_expected()
+    assert stored["weights_sha256"] == read_record("toy")["sha256"] == campaign.weight_sha256("toy"), (
+        "tests/data/toy_expected.json is of other weights: regenerate it "
+        "(PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected)")
+    want = {f"{t}/{m}" for _, t, m in campaign.decoding_jobs()}
+    assert set(stored["results"]) == want, (
+        f"methods not in tests/data/toy_expected.json: {sorted(want - set(stored['results']))}, "
+        f"no longer in config.yaml: {sorted(set(stored['results']) - want)}; regenerate it "
+        "(PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected)")
+    assert all(e["n"] == 40 and len(e["tokens"]) == 40 for e in stored["results"].values())
+
+
+def test_a_run_gives_the_stored_tokens_and_verdicts_sample_for_sample(measured):
+    """Same weights, same seeds, same code: the same token ids (hashes) and verdicts as stored,
+    on every (task, method). A difference on another machine means decoding itself (not
+    training) depends on the CPU's kernels there; in this repository it means a change of
+    behaviour, to be regenerated only when intended."""
+    _, measured = measured
+    stored = read_expected()["results"]
+    assert all(e["n"] == SAMPLES for e in measured.values())
+    problems = differences(measured, stored)
+    assert not problems, "\n".join(problems)
+    # and the stored qualities of all 40 samples agree with the classes the first SAMPLES show
+    for key, entry in measured.items():
+        assert entry["passed"] == stored[key]["passed"][:SAMPLES], key
+
+
+def test_check_compares_a_results_directory_and_names_what_differs(measured, tmp_path, capsys):
+    """`python -m tests.toy_expected --check results` reads a campaign's score files: the
+    run's directory passes; a changed token or verdict fails, naming the (task, method)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .toy_expected import main
+
+    root, _ = measured
+    assert main(["--check", str(root)]) == 0
+    f = root / "scores" / "toy" / "toy_code" / "saber.parquet"
+    table = pq.read_table(f).to_pylist()
+    table[3]["token_ids"] = [0] * len(table[3]["token_ids"])
+    copy = tmp_path / "scores" / "toy" / "toy_code" / "saber.parquet"
+    copy.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(table, schema=pq.read_schema(f)), copy)
+    capsys.readouterr()
+    assert main(["--check", str(tmp_path)]) == 1
+    assert "toy_code/saber: tokens differ at samples [3]" in capsys.readouterr().out

@@ -1,0 +1,151 @@
+"""What the default campaign (config.yaml) gives on the shipped toy: per (task, method) its
+quality and, per sample, whether it passed and the sha256 of its token ids; stored in
+tests/data/toy_expected.json, which tests/test_toy_expectations.py compares runs against.
+
+The run goes through the workflow's own job functions (manifest with the pinned hashes, task
+preparation, the SVD proxies, ``run_generation_job``, ``score_generations`` in the sandbox), in
+this process, on one thread, so its files are a real campaign's.
+
+Regenerate the file after adding or changing a method in config.yaml, or after shipping another
+toy (one command from the repository root, ~3 CPU minutes for the full 40 samples per task):
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected
+
+Compare a finished default campaign (``make campaign``) against it, sample for sample:
+
+    PYTHONPATH=$PWD python -m tests.toy_expected --check results
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from .workflow import REPO
+
+EXPECTED = Path(__file__).resolve().parent / "data" / "toy_expected.json"
+BACKBONE = "toy"
+
+
+def token_hash(ids: list[int]) -> str:
+    return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
+
+
+def summarize(rows: list[dict]) -> dict:
+    """One (task, method)'s entry: quality, and per sample passed and token hash."""
+    rows = sorted(rows, key=lambda r: r["sample_index"])
+    return {"quality": sum(r["score"] for r in rows) / len(rows), "n": len(rows),
+            "passed": [bool(r["passed"]) for r in rows],
+            "tokens": [token_hash(r["token_ids"]) for r in rows]}
+
+
+def default_campaign():
+    from dlmpipe.campaign import load_campaign
+
+    return load_campaign([REPO / "config.yaml"])
+
+
+def run(root: Path, limit: int | None = None, methods: list[str] | None = None) -> dict[str, dict]:
+    """Decode and score the default campaign's methods (all, or ``methods``) on its shipped
+    toy, the first ``limit`` samples of each task (None: all), under ``root``; returns
+    ``{"task/method": entry}``. Files are laid out as a campaign's results directory."""
+    import pyarrow.parquet as pq
+
+    from dlmpipe.backbones.manifest import write_manifest
+    from dlmpipe.engine.proxies import write_proxies
+    from dlmpipe.generate import run_generation_job
+    from dlmpipe.scoring.score import score_generations
+    from dlmpipe.tasks import load_task, write_task_table
+
+    campaign = default_campaign()
+    manifest = root / "manifest.json"
+    write_manifest(campaign.checkpoint_path(BACKBONE), manifest, name=BACKBONE,
+                   dtype=campaign.config["backbones"][BACKBONE]["dtype"],
+                   sha256=campaign.weight_sha256(BACKBONE))
+    proxies = None
+    out = {}
+    for task in campaign.tasks:
+        task_file = root / "tasks" / f"{task}.parquet"
+        write_task_table(load_task(campaign.benchmark(task), **campaign.task_options(task)), task_file)
+        for name in campaign.methods_on(BACKBONE, task):
+            if methods is not None and name not in methods:
+                continue
+            if campaign.needs_proxies(name, BACKBONE, task) and proxies is None:
+                proxies = root / "proxies.safetensors"
+                write_proxies(manifest, proxies)
+            gen = root / "generations" / BACKBONE / task / f"{name}.parquet"  # the campaign's layout
+            run_generation_job(str(manifest), str(task_file), campaign.method(name, task, BACKBONE),
+                               str(gen), str(gen.with_suffix(".json")), seed=campaign.config["seed"],
+                               device="cpu", warmup=False, limit=limit,
+                               proxies=str(proxies) if campaign.needs_proxies(name, BACKBONE, task) else None)
+            scores = root / "scores" / BACKBONE / task / f"{name}.parquet"
+            score_generations(gen, task_file, scores, workers=1,
+                              sandbox=campaign.config.get("sandbox"))
+            out[f"{task}/{name}"] = summarize(pq.read_table(scores).to_pylist())
+    return out
+
+
+def from_results(results: Path) -> dict[str, dict]:
+    """The entries of a finished campaign's score files (results/scores/toy/<task>/<method>)."""
+    import pyarrow.parquet as pq
+
+    return {f"{f.parent.name}/{f.stem}": summarize(pq.read_table(f).to_pylist())
+            for f in sorted((results / "scores" / BACKBONE).glob("*/*.parquet"))}
+
+
+def differences(measured: dict[str, dict], expected: dict[str, dict]) -> list[str]:
+    """Where ``measured`` (possibly the first samples only) differs from ``expected``: token
+    hashes and verdicts sample by sample, and the quality when every sample was measured."""
+    out = []
+    for key, got in sorted(measured.items()):
+        want = expected.get(key)
+        if want is None:
+            out.append(f"{key}: not in {EXPECTED.name} (regenerate it: python -m tests.toy_expected)")
+            continue
+        n = got["n"]
+        for field in ("tokens", "passed"):
+            bad = [i for i in range(n) if got[field][i] != want[field][i]]
+            if bad:
+                out.append(f"{key}: {field} differ at samples {bad[:8]}{' ...' if len(bad) > 8 else ''}")
+        if n == want["n"] and got["quality"] != want["quality"]:
+            out.append(f"{key}: quality {got['quality']:.3f}, expected {want['quality']:.3f}")
+    return out
+
+
+def read_expected() -> dict:
+    return json.loads(EXPECTED.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.toy_expected", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", metavar="RESULTS_DIR", help="compare a finished default campaign "
+                   "against the stored file instead of regenerating it")
+    a = p.parse_args(argv)
+    if a.check:
+        problems = differences(from_results(Path(a.check)), read_expected()["results"])
+        print("\n".join(problems) or f"{a.check}: every (task, method) as in {EXPECTED}")
+        return 1 if problems else 0
+    import torch
+
+    from dlmpipe.backbones.shipped import read_record
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        results = run(Path(tmp))
+    record = read_record(default_campaign().config["backbones"][BACKBONE]["shipped"])
+    EXPECTED.write_text(json.dumps({
+        "about": "tests/toy_expected.py: the default campaign on the shipped toy; regenerate with "
+                 "`PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected`",
+        "weights_sha256": record["sha256"], "results": results}, indent=1) + "\n")
+    for key, entry in results.items():
+        print(f"{key:50s} {100 * entry['quality']:6.1f}%")
+    print(f"wrote {EXPECTED}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
