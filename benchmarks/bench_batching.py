@@ -11,8 +11,8 @@ CPU: batch invariance; on bf16 GPUs the fraction shows how far batching moves to
     python benchmarks/bench_batching.py [--checkpoint DIR] [--sizes 1 4 16] [--samples 16]
     python benchmarks/bench_batching.py --shape llada-8b        # CUDA, random bf16 weights
 
-``--shape toy`` (default): the toy checkpoint (``--checkpoint``, else trained briefly into a
-temporary directory as tests/models.py does), the default campaign's methods (config.yaml,
+``--shape toy`` (default): the toy checkpoint (``--checkpoint``, else the shipped toy the
+default campaign decodes, dlmpipe/shipped/toy), the default campaign's methods (config.yaml,
 bound for the toy) on toy_code prompts, one thread. ``--shape llada-8b``: LLaDA-8B shapes with
 random bf16 weights (benchmarks/bench_backbone_forward.py), random prompts of 64..256 tokens,
 G = 64 in blocks of 32, one method per family (SPA-Cache with the value identifier: the
@@ -62,6 +62,8 @@ def toy_setup(checkpoint: str | None, n: int):
     from dlmpipe.generate import encode_prompt
     from dlmpipe.tasks import load_task
 
+    if checkpoint is None and (REPO / "dlmpipe" / "shipped" / "toy").is_dir():
+        checkpoint = str(REPO / "dlmpipe" / "shipped" / "toy")  # the default campaign's toy
     if checkpoint is None:
         from tests.models import toy_checkpoint_dir
         checkpoint = str(toy_checkpoint_dir(Path(tempfile.mkdtemp()), steps=40))
