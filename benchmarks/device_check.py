@@ -25,6 +25,10 @@ checks and measures every GPU path and prints one report (also written to
    (float32: the same tokens) and with ``--compile cuda_graphs`` (the same tokens);
 7. torch.compile: Archer's cached step compiled (``mode="reduce-overhead"``) at P = 2048, in a
    subprocess bounded by the time left.
+8. batching: generate-job throughput at batch 16 vs 1 per method family at LLaDA-8B shapes
+   (random bf16 weights; goal >= 5x for the cached methods) and the fraction of samples whose
+   bf16 tokens equal batch 1's (benchmarks/bench_batching.py); part 6 also decodes the tiny
+   campaign again in bf16 at batch 1 and 16 and reports identical samples and the quality change.
 
 Without a GPU the same command runs the CPU-sized version of each part (small shapes, one model
 family where the part loops over both, a subset of the exactness table, a one-method campaign;

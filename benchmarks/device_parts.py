@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -197,6 +198,85 @@ def campaign(ck) -> None:
                              + ("the same tokens for all " + str(len(first)) + " samples" if not differ else
                                 "tokens differ (float32 rounds differently on each device: a near tie "
                                 "can flip a token): " + "; ".join(differ)))
+        bf16_batching(ck, plan, config, work, results)
+
+
+def bf16_batching(ck, plan, config, work: Path, results: Path) -> None:
+    """Every generate job of the campaign again in bf16 on the device, at batch 1 and batch 16
+    (CPU-sized: 4): the fraction of samples with identical tokens and the quality of each
+    (scored like the campaign). Reported, not checked: bf16 matrix products need not be
+    row-invariant, so batching may move a near tie (docs/ARCHITECTURE.md, batched decoding)."""
+    import json
+
+    import pandas as pd
+
+    from dlmpipe.generate import run_generation_job
+    from dlmpipe.scoring.score import score_many
+    from dlmpipe.tasks import read_task_table
+
+    big = 16 if ck.gpu else 4
+    manifest = json.loads((results / "backbones" / "toy" / "manifest.json").read_text())
+    bf16 = work / "manifest-bf16.json"
+    bf16.write_text(json.dumps({**manifest, "dtype": "bfloat16"}))
+    same = total = 0
+    quality: dict[int, list[float]] = {1: [], big: []}
+    for task in plan.tasks:
+        task_file = results / "tasks" / f"{task}.parquet"
+        rows = read_task_table(str(task_file))
+        for method in plan.methods:
+            tokens = {}
+            for b in (1, big):
+                out = work / f"bf16-b{b}-{task}-{method}.parquet"
+                with contextlib.redirect_stderr(io.StringIO()):
+                    run_generation_job(str(bf16), str(task_file), plan.method(method, task, "toy"),
+                                       str(out), str(out) + ".json", seed=config["seed"],
+                                       device=ck.device.type, warmup=False, batch_size=b)
+                    gens = pd.read_parquet(out)
+                    scores = score_many([(rows[i], c) for i, c in zip(gens["sample_index"], gens["completion"])],
+                                        sandbox=config["sandbox"])
+                tokens[b] = [list(t) for t in gens["token_ids"]]
+                quality[b] += [s["score"] for s in scores]
+            same += sum(u == v for u, v in zip(tokens[1], tokens[big]))
+            total += len(tokens[1])
+    q1, qb = (sum(quality[b]) / len(quality[b]) for b in (1, big))
+    ck.data["batching_bf16"] = {"batch": big, "identical": same, "samples": total,
+                                "quality_b1": q1, f"quality_b{big}": qb}
+    ck.say(f"  bf16 on {ck.device.type}, batch {big} vs 1: {same}/{total} samples identical; quality "
+           f"{q1:.3f} at batch 1, {qb:.3f} at batch {big} (difference {qb - q1:+.3f})")
+
+
+def batching(ck) -> None:
+    """Generate-job wall time at batch 16 vs 1 (benchmarks/bench_batching.py): LLaDA-8B shapes,
+    random bf16 weights on a GPU (goal: >= 5x throughput for the cached methods), with the
+    fraction of samples whose bf16 tokens equal batch 1's; CPU-sized: a tiny float32 model at
+    batch 4, where every sample must be identical (batch invariance)."""
+    import bench_batching as bb
+
+    if ck.gpu:
+        model, methods, prompts, gen_len = bb.llada_setup(ck.device, 16)
+        sizes = [1, 16]
+    else:
+        from tests.models import random_prompt, tiny_backbone
+        model = tiny_backbone("dream", seed=0)
+        methods = [dict(m, gen_length=16, sampler=dict(m["sampler"], block_length=8, steps=16)
+                        if m["sampler"]["name"] == "llada_confidence" else
+                        dict(m["sampler"], block_length=8))
+                   for m in bb.LLADA_METHODS if m["name"] in ("full", "archer-k8", "fast-dllm-dual")]
+        prompts, gen_len, sizes = [random_prompt(4 + 3 * i, i) for i in range(6)], 16, [1, 4]
+    deadline = time.monotonic() + (max(ck.left() - 120, 30) if ck.gpu else 600)
+    with torch.inference_mode():
+        res = bb.run(model, methods, prompts, gen_len, sizes, repeats=1, say=ck.say, deadline=deadline)
+    ck.data["batching"] = res
+    big = sizes[-1]
+    for name, r in res.items():
+        gain = r["tokens_per_s"][big] / r["tokens_per_s"][1]
+        if ck.gpu:
+            goal = " (goal >= 5x)" if name in bb.CACHED else ""
+            ck.say(f"  {name}: throughput at B={big} / B=1 = {gain:.2f}x{goal}; bf16 samples identical "
+                   f"to B=1: {r['identical'][big]:.0%}")
+        else:
+            ck.check(r["identical"][big] == 1.0, f"{name}: every sample at B={big} has batch 1's "
+                     f"tokens (float32 CPU); throughput {gain:.2f}x")
 
 
 def skipped_compile(ck) -> None:
@@ -213,4 +293,5 @@ PARTS = {
     "campaign": ("6. tiny campaign end to end on the device, tokens against the CPU", campaign),
     "torch_compile": ("7. torch.compile'd Archer cached step (reduce-overhead)",
                       lambda ck: compile_step(ck) if ck.gpu else skipped_compile(ck)),
+    "batching": ("8. batched generate jobs: throughput at B=16 vs 1, bf16 tokens vs batch 1", batching),
 }

@@ -153,6 +153,8 @@ class Campaign:
         origin: dict[str, str] = {}
         self._overrides: dict[str, list[overrides.Override]] = {}
         self.sweep_points: dict[str, dict] = {}  # method -> its swept key -> value ({} unswept)
+        #: method -> its generate jobs' batch size ("auto" or a number; a scheduling setting)
+        self.batch_sizes: dict[str, int | str] = {}
         #: base method -> the backbones and tasks it runs on (its ``backbones:``/``tasks:``)
         self._scope: dict[str, tuple[list[str], list[str]]] = {}
         for base, spec in config["methods"].items():
@@ -178,6 +180,7 @@ class Campaign:
                                     "naming every swept key")
                     continue
                 self.methods[m["name"]], origin[m["name"]] = m, base
+                self.batch_sizes[m["name"]] = spec.get("batch_size", self.config.get("batch_size", "auto"))
                 if (p := registry.pairing_problem(m["sampler"]["name"], m["cache"]["name"])):
                     problems.append(f"methods.{base}: {p}")
         self.origin = origin
@@ -196,6 +199,14 @@ class Campaign:
         if config.get("compile") == "cuda_graphs" and config.get("device") == "cpu":
             problems.append("compile: cuda_graphs needs device: cuda (or auto on a GPU node); "
                             "with device: cpu use none or torch_compile")
+        if config.get("compile", "none") != "none":
+            for name, size in self.batch_sizes.items():
+                if size != "auto" and size > 1:
+                    where = ("batch_size" if "batch_size" not in config["methods"][origin[name]]
+                             else f"methods.{origin[name]}.batch_size")
+                    problems.append(f"{where}: {size} with compile: {config['compile']}: batched "
+                                    "decoding runs eagerly (a captured or compiled step cannot wait "
+                                    "for the other slots); use batch_size 1 or auto (1 there)")
         # analysis -> {(backbone, task, method): options} (docs/ANALYSES.md)
         self.analyses, found = expand_analyses(config["analyses"], self.backbones, self.tasks,
                                                self.methods, self.method, self.runs)
@@ -377,6 +388,11 @@ class Campaign:
         """The response length a method decodes a task with: the method's own ``gen_length``
         (set or swept on the method), else the task's."""
         return self.methods[name].get("gen_length") or self.config["tasks"][task]["gen_length"]
+
+    def batch_size(self, name: str) -> int | str:
+        """The batch size of ``name``'s generate jobs: its own ``batch_size``, else the
+        campaign's (``auto``: chosen by the job for its device, dlmpipe/batching.py)."""
+        return self.batch_sizes[name]
 
     def method(self, name: str, task: str, backbone: str) -> dict:
         """The concrete method a generate job decodes with: name, sampler, cache (overrides

@@ -57,7 +57,8 @@ def _generate(a: argparse.Namespace) -> None:
                        compile=a.compile, config_hash=a.config_hash, shard=a.shard,
                        warmup=not a.no_warmup, proxies=a.proxies or None, limit=a.limit,
                        shadow=json.loads(a.shadow) if a.shadow else None,
-                       probes_out=a.probes_out or None)
+                       probes_out=a.probes_out or None,
+                       batch_size="auto" if a.batch_size in ("auto", "0") else int(a.batch_size))
 
 
 def _reference_corpus(a: argparse.Namespace) -> None:
@@ -271,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shadow", default="", help="JSON options of the shadow-forward probe (rate, "
                    "steps, seed; docs/ANALYSES.md); empty: no probe")
     s.add_argument("--probes-out", default="", help="the shadow probes' parquet (with --shadow)")
+    s.add_argument("--batch-size", default="auto", help="samples decoded together, each with the "
+                   "tokens it gets alone (dlmpipe/batching.py); auto: 16 on CUDA, 8 on the CPU, "
+                   "1 with a compile mode or a shadow probe; 0 means auto (the workflow's resource)")
     s.set_defaults(func=_generate)
 
     s = sub.add_parser("time-methods", help="time every method on the same samples, interleaved "

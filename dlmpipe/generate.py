@@ -118,11 +118,14 @@ GENERATION_SCHEMA = pa.schema([
     # before the first stop/pad, time to first token (decode.py), generated tokens / time_s
     ("prompt_length", pa.int64()), ("generated_length", pa.int64()), ("ttft_s", pa.float64()),
     ("tps", pa.float64()),
+    # how many samples the job decoded together (dlmpipe/batching.py); time_s and ttft_s are the
+    # sample's own latency inside that batch (docs/ARCHITECTURE.md, generations contract)
+    ("batch_size", pa.int64()),
     # the environment it was decoded in (dlmpipe/environment.py): explicit fields + their hash
     *((c, pa.string()) for c in ENVIRONMENT_COLUMNS),
 ])
 # Journal rows of an older format lack columns above: the identity's format discards them.
-JOURNAL_FORMAT = 3
+JOURNAL_FORMAT = 4
 
 
 def measurements(prompt_len: int, generated: int, res: DecodeResult) -> dict:
@@ -144,16 +147,25 @@ def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict,
 @dataclass
 class JobModel:
     """What a job decoding with one method holds, loaded once: the backbone, the method's
-    sampler and cache (rebegun for every sample), the stop ids."""
+    sampler and cache (rebegun for every sample), the stop ids; ``build`` makes another
+    sampler and cache of the method (a batch slot's, over its stand-in of the model)."""
     loaded: object
     sampler: object
     cache: object
     chat: bool
     stops: list[int]
+    build: object = None
 
     @property
     def model(self):
         return self.loaded.model
+
+    def slot_methods(self, batch_size: int) -> list[tuple]:
+        """``batch_size`` (sampler, cache) pairs, each over its own slot of one batch
+        (dlmpipe/batching.py)."""
+        from .batching import slot_models
+
+        return [self.build(slot) for slot in slot_models(self.model, batch_size)]
 
     def prompt(self, row: dict) -> torch.Tensor:
         return torch.tensor(encode_prompt(self.loaded, row, chat=self.chat), dtype=torch.long)
@@ -184,9 +196,13 @@ def load_job_model(man: dict, dev: torch.device, method: dict, proxies: str | No
     if proxies:  # the backbone's singular proxies (svd rule)
         from .engine.proxies import load_proxies
         artifacts["proxies"] = load_proxies(proxies, man.get("fingerprint"))
-    sampler, cache = build_method(method, model, artifacts, compile=compile)
+
+    def build(m):
+        return build_method(method, m, artifacts, compile=compile)
+
+    sampler, cache = build(model)
     stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
-    return JobModel(loaded, sampler, cache, bool(man.get("chat")), stops)
+    return JobModel(loaded, sampler, cache, bool(man.get("chat")), stops, build)
 
 
 def method_params(method: dict) -> str:
@@ -195,7 +211,7 @@ def method_params(method: dict) -> str:
 
 
 def generation_row(job: JobModel, i: int, row: dict, prompt_len: int, res: DecodeResult,
-                   man: dict, task: str, method: dict, dev: torch.device) -> dict:
+                   man: dict, task: str, method: dict, dev: torch.device, batch_size: int = 1) -> dict:
     """One row of a generations file (docs/ARCHITECTURE.md, file contracts)."""
     ids = res.response.tolist()
     kept = cut_at_stop(ids, job.stops)
@@ -208,7 +224,7 @@ def generation_row(job: JobModel, i: int, row: dict, prompt_len: int, res: Decod
         "time_s": res.time_s, "device": device_name(dev), "backbone": man["name"], "task": task,
         "method": method["name"], "sampler": method["sampler"]["name"],
         "cache": method["cache"]["name"], "params": method_params(method), "stats": json.dumps(st),
-        **measurements(prompt_len, len(kept), res), **environment(dev)}
+        **measurements(prompt_len, len(kept), res), "batch_size": batch_size, **environment(dev)}
 
 
 def job_samples(n_rows: int, shard: str, limit: int | None) -> range:
@@ -216,16 +232,41 @@ def job_samples(n_rows: int, shard: str, limit: int | None) -> range:
     return shard_range(n_rows if limit is None else min(limit, n_rows), shard)
 
 
+def resolve_batch_size(batch_size: int | str, device: torch.device, compile: str = "none",
+                       shadow: dict | None = None) -> int:
+    """The samples a generate job decodes together. ``auto``: ``batching.default_batch_size``
+    of the device, or 1 when steps are compiled or a shadow probe runs (both need one sample
+    at a time: a captured graph or compiled step cannot pause mid-step for the other slots,
+    and the probe's clones run their own forwards). An explicit size above 1 with a compile
+    mode is refused (the campaign refuses it at config time)."""
+    from .batching import default_batch_size
+
+    if batch_size == "auto":
+        return 1 if compile != "none" or shadow is not None else default_batch_size(device)
+    b = int(batch_size)
+    if b < 1:
+        raise ValueError(f"batch_size: {batch_size!r}; use a positive integer or auto")
+    if b > 1 and compile != "none":
+        raise ValueError(f"batch_size {b} with compile: {compile}: batched decoding runs eagerly "
+                         "(a captured or compiled step cannot wait for the other slots); use "
+                         "batch_size 1 (or auto) with compile modes")
+    return 1 if shadow is not None else b
+
+
 def run_generation_job(manifest: str, task_file: str, method: dict, out: str, provenance: str,
                        seed: int = 0, device: str = "auto", compile: str = "none",
                        config_hash: str = "", shard: str = "0/1", warmup: bool = True,
                        proxies: str | None = None, limit: int | None = None, shadow: dict | None = None,
-                       probes_out: str | None = None) -> None:
+                       probes_out: str | None = None, batch_size: int | str = 1) -> None:
     """Decode the task (its first ``limit`` samples, of this shard) with ``method``.
 
     ``shadow``: options of the shadow-forward probe (``probes/shadow.py``: rate, steps, seed);
     the probes of every sample are written to ``probes_out``. The generations are those of the
-    unprobed job: the probe changes nothing on the main trajectory (docs/ANALYSES.md)."""
+    unprobed job: the probe changes nothing on the main trajectory (docs/ANALYSES.md).
+
+    ``batch_size`` (``auto``: ``resolve_batch_size``): samples decoded together, each with the
+    tokens it gets alone (dlmpipe/batching.py); a scheduling setting, not part of the job's
+    identity, so a killed job resumes its journal at any batch size."""
     from tqdm import tqdm
 
     from .backbones.manifest import read_manifest
@@ -262,6 +303,27 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
 
         if warmup:
             run(todo[0])  # one warm-up generation, untimed (measurement convention)
+        batch = min(resolve_batch_size(batch_size, dev, compile, shadow), len(todo))
+        if batch > 1:
+            from .batching import Sample, decode_batched
+
+            bar = tqdm(total=len(todo), desc=f"{man['name']}/{task}/{method['name']} (batch {batch})",
+                       mininterval=2)
+
+            def samples():
+                for i in todo:
+                    gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
+                    yield Sample(i, job.prompt(rows[i]), gen_len, gen)
+
+            def finished(sample, res: DecodeResult) -> None:
+                i = sample.key
+                journal.append(generation_row(job, i, rows[i], sample.prompt_ids.shape[0], res, man,
+                                              task, method, dev, batch_size=batch))
+                bar.update()
+
+            decode_batched(job.model, job.slot_methods(batch), samples(), finished)
+            bar.close()
+            todo = []
         for i in tqdm(todo, desc=f"{man['name']}/{task}/{method['name']}", mininterval=2):
             probe = ShadowProbe(**shadow).start(rows[i]["task_id"]) if shadow is not None else None
             prompt_len, res = run(i, probe)

@@ -433,3 +433,30 @@ def test_summarize_warns_of_mixed_environments(tmp_path, campaign_scores, capsys
     assert "warning: toy/code/archer-k8: quality mixes 2 environments" in capsys.readouterr().err
     csv = pd.read_csv(tmp_path / "s.csv", keep_default_na=False)
     assert csv.set_index("method").loc["archer-k8", "fingerprint_warning"].startswith("quality mixes")
+
+
+def test_throughput_latency_percentiles_and_peak_memory_from_the_timing_stage():
+    """The timing stage's batched pass gives throughput and its batch size; the batch-1 rows the
+    p50/p90 latency (each sample's median over repeats) and speedups, unaffected by the pass."""
+    from dlmpipe.analysis.speedup import paired_speedups
+    from dlmpipe.analysis.summary import throughput
+
+    lat = timing_of("toy", "code", {"ref": [[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]],
+                                    "fast": [[0.5, 1.0, 1.5, 2.0], [0.5, 1.0, 1.5, 2.0]]})
+    lat = lat.assign(**{"pass": "latency", "batch_size": 1, "pass_s": float("nan"), "token_ids": [[1] * 8] * len(lat),
+                        "peak_memory_mb": lat["method"].map({"ref": 100.0, "fast": 120.0})})
+    batched = pd.DataFrame([{"backbone": "toy", "task": "code", "method": m, "sample_index": i,
+                             "repeat": 0, "slot": 0, "time_s": 0.9, "pass": "throughput",
+                             "batch_size": 4, "pass_s": wall, "token_ids": [1] * 8,
+                             "peak_memory_mb": mem}
+                            for m, wall, mem in (("ref", 2.0, 300.0), ("fast", 0.5, 400.0)) for i in range(4)])
+    timing = pd.concat([lat, batched], ignore_index=True)
+    out = throughput(timing).set_index("method")
+    assert out.loc["ref", "batch_size"] == 4
+    assert out.loc["ref", "throughput_tps"] == pytest.approx(4 * 8 / 2.0)
+    assert out.loc["fast", "throughput_sps"] == pytest.approx(4 / 0.5)
+    assert out.loc["ref", "latency_p50_s"] == pytest.approx(2.5)
+    assert out.loc["ref", "latency_p90_s"] == pytest.approx(3.7)
+    assert out.loc["fast", "peak_memory_mb_b1"] == 120.0 and out.loc["fast", "peak_memory_mb_batch"] == 400.0
+    # speedups read only the batch-1 rows (the pass's 0.9 s everywhere would make them 1.0)
+    assert paired_speedups(timing, "ref").set_index("method").loc["fast", "speedup"] == pytest.approx(2.0)

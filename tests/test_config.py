@@ -53,6 +53,8 @@ REJECTIONS = [
     ("compile", "jit", "compile: 'jit' is not one of"),
     ("compile", "cuda_graphs", "compile: cuda_graphs needs device: cuda"),  # tiny.yaml: device cpu
     ("sandbox", "none", "sandbox: 'none' is not valid; expected isolation of generated code"),
+    ("batch_size", 0, "batch_size: 0 is not valid"),
+    ("methods/archer/batch_size", "many", "methods.archer.batch_size"),
     ("reference_method", "greedy", "reference_method: 'greedy' is not a method"),
     ("methods/archer-k1", {"sampler": {"name": "saber"}, "cache": {"name": "archer", "K": 1}},
      "methods.archer-k1: method name 'archer-k1' is produced twice"),
@@ -90,6 +92,21 @@ def test_campaign_rejects_naming_the_key(tiny_config, change, value, named):
     with pytest.raises(ConfigError) as err:
         Campaign(with_change(tiny_config, change, value))
     assert named in str(err.value)
+
+
+def test_batch_size_is_per_campaign_and_per_method(tiny_config):
+    """``batch_size`` defaults to auto; a method's own overrides it; above 1 with a compile mode
+    is refused at config time, naming the key that set it."""
+    camp = Campaign(tiny_config)
+    assert camp.config["batch_size"] == "auto"
+    assert set(camp.batch_sizes.values()) == {"auto"}
+    changed = with_change(with_change(tiny_config, "batch_size", 4), "methods/archer/batch_size", 2)
+    camp = Campaign(changed)
+    assert {camp.batch_size(m) for m, base in camp.origin.items() if base == "archer"} == {2}
+    assert camp.batch_size("llada-confidence") == 4
+    with pytest.raises(ConfigError, match="methods.archer.batch_size: 2 with compile: torch_compile"):
+        Campaign(with_change(changed, "compile", "torch_compile"))
+    Campaign(with_change(with_change(tiny_config, "compile", "torch_compile"), "batch_size", 1))
 
 
 def test_checkpoint_directory_needs_config_json(tiny_config, tmp_path):
@@ -155,7 +172,9 @@ def test_rules_read_the_config_the_one_pass_filled(tmp_path, snakemake, tiny_con
     for rule, body in job_blocks(proc.stdout):
         if rule in ("train_toy", "generate", "score"):
             want = theirs["resources"][rule]
-            assert f"runtime={want['runtime']}, mem_mb={want['mem_mb']}" in body, (rule, body)
+            assert f"runtime={want['runtime']}," in body and f"mem_mb={want['mem_mb']}," in body, (rule, body)
+            if rule == "generate":  # the batch size, a scheduling resource (0: auto)
+                assert "batch_size=0," in body, body
             seen.add(rule)
     assert seen == {"train_toy", "generate", "score"}
 

@@ -19,13 +19,13 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
     report = (tmp_path / "device_check.txt").read_text()
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert report.startswith("dlmpipe device check: no GPU")
-    for part in ("== 1.", "== 2.", "== 3.", "== 4.", "== 5.", "== 6.", "== 7.", "== summary"):
+    for part in ("== 1.", "== 2.", "== 3.", "== 4.", "== 5.", "== 6.", "== 7.", "== 8.", "== summary"):
         assert part in report
     assert "[FAIL]" not in report and "all checks passed" in report
     data = json.loads((tmp_path / "device_check.json").read_text())
     assert data["failures"] == []
     assert set(data["timings_s"]) == {"forwards", "exactness", "compiled", "syncs", "table",
-                                      "campaign", "torch_compile", "total"}
+                                      "campaign", "torch_compile", "batching", "total"}
     # the table: both models, every prompt length, Archer and every SPA budget, positive times
     table = data["table"]
     assert {r["model"] for r in table} == {"llada-8b", "dream-7b"}
@@ -37,3 +37,6 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
     assert "passed" in data["exactness"]
     # the campaign part compared a CPU re-run's tokens with the campaign's
     assert "the same tokens for all 2 samples" in report
+    # batched decoding: the CPU-sized run checks batch invariance of each method it times
+    assert set(data["batching"]) == {"full", "archer-k8", "fast-dllm-dual"}
+    assert data["batching_bf16"]["samples"] == 2 and "bf16 on cpu, batch 4 vs 1" in report

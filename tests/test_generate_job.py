@@ -37,11 +37,11 @@ def job_inputs(tmp_path_factory, toy_checkpoint):
     return root, env
 
 
-def _cmd(root: Path, out: Path, method=METHOD) -> list[str]:
+def _cmd(root: Path, out: Path, method=METHOD, batch_size="auto") -> list[str]:
     return [sys.executable, "-m", "dlmpipe", "generate", "--manifest", str(root / "manifest.json"),
             "--task-file", str(root / "toy_code.parquet"), "--method", json.dumps(method),
             "--out", str(out), "--provenance", str(out.with_suffix(".provenance.json")),
-            "--seed", "3", "--device", "cpu", "--config-hash", "abc"]
+            "--seed", "3", "--device", "cpu", "--config-hash", "abc", "--batch-size", str(batch_size)]
 
 
 def test_generated_length_counts_the_tokens_before_the_first_stop_or_pad():
@@ -73,6 +73,7 @@ def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
         assert 0 < r["ttft_s"] <= r["time_s"]
         prompt = encode_prompt(loaded, tasks[r["sample_index"]], chat=False)
         assert r["prompt_length"] == len(prompt) > 0
+        assert r["batch_size"] == 8  # auto on the CPU
     # every row names the environment it was decoded in (dlmpipe/environment.py); on the CPU no GPU
     env = {c: rows[0][c] for c in ENVIRONMENT_COLUMNS}
     assert all({c: r[c] for c in ENVIRONMENT_COLUMNS} == env for r in rows)
@@ -83,7 +84,10 @@ def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
     prov = json.loads(out.with_suffix(".provenance.json").read_text())
     assert prov["environment"] == env and prov["git_revision"] == env["dlmpipe_revision"]
     assert prov["seed"] == 3 and prov["config_hash"] == "abc" and prov["torch"]
-    assert "git_revision" in prov and prov["method"] == METHOD and prov["compile"] == "none"
+    assert "git_revision" in prov and prov["compile"] == "none"
+    # the method as decoded: the given parameters, the registry's defaults filled in
+    assert {part: {k: prov["method"][part][k] for k in METHOD[part]} for part in ("sampler", "cache")} \
+        == {part: METHOD[part] for part in ("sampler", "cache")}
     assert not (root / "ref.parquet.journal.jsonl").exists()
 
 
@@ -97,13 +101,46 @@ def test_cuda_graphs_on_a_cpu_stop_the_job_before_it_decodes(job_inputs):
     assert not out.exists()
 
 
+ARCHER = {"name": "archer-k4", "gen_length": 32,
+          "sampler": {"name": "saber", "block_length": 16}, "cache": {"name": "archer", "K": 4}}
+
+
+@pytest.mark.parametrize("method", [METHOD, ARCHER], ids=["full", "archer"])
+def test_batched_job_decodes_the_tokens_of_batch_one(job_inputs, method):
+    """Batch size is a scheduling setting: the same tokens and statistics at 1 and 5 (16
+    samples, so slots take new samples as others finish); every row records its batch size."""
+    root, env = job_inputs
+    one, five = root / f"b1-{method['name']}.parquet", root / f"b5-{method['name']}.parquet"
+    subprocess.run(_cmd(root, one, method, 1), check=True, env=env, capture_output=True)
+    subprocess.run(_cmd(root, five, method, 5), check=True, env=env, capture_output=True)
+    a, b = pq.read_table(one).to_pylist(), pq.read_table(five).to_pylist()
+    assert [r["sample_index"] for r in b] == list(range(16))
+    keys = ("token_ids", "completion", "steps", "nfe", "refreshes", "cached_forwards", "revisions",
+            "generated_length", "prompt_length")
+    assert [{k: r[k] for k in keys} for r in a] == [{k: r[k] for k in keys} for r in b]
+    assert {r["batch_size"] for r in a} == {1} and {r["batch_size"] for r in b} == {5}
+    assert all(0 < r["ttft_s"] <= r["time_s"] for r in b)
+
+
+def test_batch_size_with_a_compile_mode_is_refused(job_inputs):
+    root, env = job_inputs
+    out = root / "compiled-batch.parquet"
+    proc = subprocess.run(_cmd(root, out, batch_size=4) + ["--compile", "torch_compile"], env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "batched decoding runs eagerly" in proc.stderr
+    assert not out.exists()
+
+
 def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs):
+    """Killed mid-job at batch size 4 and resumed at 1: only what is left is decoded (batch
+    size is not part of the journal's identity), every sample once."""
     root, env = job_inputs
     ref = root / "ref-kill.parquet"
-    subprocess.run(_cmd(root, ref), check=True, env=env, capture_output=True)
+    subprocess.run(_cmd(root, ref, batch_size=1), check=True, env=env, capture_output=True)
     out = root / "killed.parquet"
     journal = root / "killed.parquet.journal.jsonl"
-    proc = subprocess.Popen(_cmd(root, out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(_cmd(root, out, batch_size=4), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline:
         if journal.exists() and journal.read_text().count("\n") >= 4:  # header + >= 3 samples
@@ -114,10 +151,13 @@ def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs):
     done_before = journal.read_text().count("\n") - 1
     assert 3 <= done_before < 16, "the kill should land mid-job"
     assert not out.exists(), "no output may exist after a killed job"
-    subprocess.run(_cmd(root, out), check=True, env=env, capture_output=True)
+    resumed = subprocess.run(_cmd(root, out, batch_size=1), check=True, env=env, capture_output=True,
+                             text=True)
+    assert f"decoding {16 - done_before}" in resumed.stdout + resumed.stderr
     got, want = pq.read_table(out).to_pylist(), pq.read_table(ref).to_pylist()
     assert [r["sample_index"] for r in got] == list(range(16))
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]
+    assert sum(r["batch_size"] == 4 for r in got) == done_before
 
 
 def test_journal_of_other_parameters_is_discarded(job_inputs):

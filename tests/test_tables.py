@@ -129,6 +129,19 @@ def test_spa_table_tps_ttft_and_accuracy_with_standard_error():
     assert numbers.set_index("method").loc["archer-k11", "dream TPS vs saber (x)"] == 4.0
 
 
+
+def test_spa_table_shows_throughput_and_batch_size_when_the_summary_has_them():
+    summary = hand_summary().assign(throughput_tps=lambda d: 8 * d["mean_tps"], batch_size=8)
+    spec = {"style": "spa", "methods": ["llada-confidence", "archer-k11"], "tasks": ["humaneval"]}
+    numbers, _ = spa_table(summary, spec, ORIGIN, BACKBONES, TASKS)
+    row = numbers.set_index("method").loc["archer-k11"]
+    assert row["llada throughput (tok/s)"] == 800.0 and row["llada batch"] == 8
+    shown = display_frame(numbers, "spa").set_index("method")
+    assert shown.loc["archer-k11", "dream batch"] == "8"
+    assert shown.loc["archer-k11", "llada throughput (tok/s)"] == "800.00"
+    assert "llada throughput (tok/s)" not in spa_table(hand_summary(), spec, ORIGIN, BACKBONES, TASKS)[0]
+
+
 def test_write_tables_writes_csv_markdown_and_html(tmp_path):
     summary = tmp_path / "summary.parquet"
     hand_summary().to_parquet(summary)

@@ -32,10 +32,23 @@ def test_timing_job_times_every_method_on_the_same_samples(tmp_path, toy_checkpo
                {"name": "sampled", "sampler": {"name": "llada_confidence", "temperature": 1.0},
                 "cache": {"name": "none"}, "gen_length": 16}]
     out = tmp_path / "timing.parquet"
+    methods[1]["batch_size"] = 2  # a method's own batch size; the others take the job's
     run_timing_job(str(tmp_path / "manifest.json"), str(task), methods, str(out), seed=4,
-                   device="cpu", samples=3, repeats=2, log=lambda *_: None)
-    rows = pq.read_table(out).to_pandas()
-    assert len(rows) == 3 * 3 * 2
+                   device="cpu", samples=3, repeats=2, log=lambda *_: None, batch_size=3)
+    every = pq.read_table(out).to_pandas()
+    # the throughput pass: each method once over the timed samples, together, at its batch size
+    batched = every[every["pass"] == "throughput"]
+    assert len(batched) == 3 * 3
+    assert dict(batched.groupby("method")["batch_size"].first()) == {"saber": 3, "archer-k1": 2, "sampled": 3}
+    assert (batched.groupby("method")["pass_s"].nunique() == 1).all()
+    assert (batched["time_s"] <= batched["pass_s"] + 1e-9).all()
+    assert (every["peak_memory_mb"] > 0).all() and set(every["peak_memory_kind"]) == {"cpu_rss_hwm"}
+    rows = every[every["pass"] == "latency"]
+    assert len(rows) == 3 * 3 * 2 and set(rows["batch_size"]) == {1}
+    # batch invariance: the throughput pass decodes the latency rows' tokens
+    for row in batched.itertuples():
+        same = rows[(rows["method"] == row.method) & (rows["sample_index"] == row.sample_index)]
+        assert all(list(t) == list(row.token_ids) for t in same["token_ids"])
     assert set(rows.groupby(["method", "repeat"])["sample_index"].apply(tuple)) == {(0, 1, 2)}
     assert (rows["time_s"] > 0).all() and set(rows["slot"]) == {0, 1, 2}
     # each (repeat, sample) is one rotation of the campaign's methods

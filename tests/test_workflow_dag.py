@@ -168,6 +168,12 @@ CHANGES = {
     # bits): every generate job and the timing, then what reads them
     "compile": (set_in("compile", "torch_compile"), decoding_jobs(["toy"], TASKS, METHODS)
                 | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+    # the batch size is a scheduling setting for the generate jobs (the same tokens at any size),
+    # but the timing stage's throughput pass runs at it: that re-times, nothing decodes again
+    "batch-size": (set_in("batch_size", 3), timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+    "method-batch-size": (set_in("methods/llada-confidence/batch_size", 2),
+                          timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+    "batch-size-default": (set_in("batch_size", "auto"), set()),
     # scheduling settings never rerun anything
     "resources": (set_in("resources", {"score": {"threads": 2}, "generate": {"mem_mb": 1000}}), set()),
 }

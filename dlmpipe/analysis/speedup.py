@@ -22,9 +22,16 @@ def _check_columns(timing: pd.DataFrame) -> None:
         raise ValueError(f"timing table lacks column(s) {', '.join(missing)}")
 
 
+def latency_rows(timing: pd.DataFrame) -> pd.DataFrame:
+    """The batch-1 rows of the papers' protocol (``pass`` "latency"; files without the column
+    hold only those); the throughput pass's rows are summarized apart (summary.throughput)."""
+    return timing[timing["pass"] == "latency"] if "pass" in timing.columns else timing
+
+
 def per_sample_times(timing: pd.DataFrame) -> pd.DataFrame:
     """Median time over repeats per (backbone, task, method, sample): one column per method."""
     _check_columns(timing)
+    timing = latency_rows(timing)
     med = timing.groupby(GROUP + ["method", "sample_index"], sort=False)["time_s"].median()
     return med.unstack("method")
 
@@ -105,7 +112,7 @@ def read_timing(paths) -> pd.DataFrame:
     if not frames:
         raise ValueError("no timing files given")
     timing = pd.concat(frames, ignore_index=True)
-    key = GROUP + ["method", "sample_index", "repeat"]
+    key = GROUP + ["method", "sample_index", "repeat"] + (["pass"] if "pass" in timing.columns else [])
     _check_columns(timing)
     dup = timing.duplicated(key)
     if dup.any():

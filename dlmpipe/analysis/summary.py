@@ -178,6 +178,37 @@ def timed_speedups(table: pd.DataFrame, timing: pd.DataFrame, reference: str,
     return table.merge(fingerprints, on=KEYS, how="left")
 
 
+#: from the timing stage's rows (dlmpipe/timing.py), appended after the speedups when present
+THROUGHPUT_COLUMNS = ["batch_size", "throughput_tps", "throughput_sps", "latency_p50_s",
+                      "latency_p90_s", "peak_memory_mb_b1", "peak_memory_mb_batch"]
+
+
+def throughput(timing: pd.DataFrame) -> pd.DataFrame | None:
+    """Per (backbone, task, method): the throughput pass's batch size, response tokens (G per
+    sample) and samples per second of its wall time; p50/p90 of the batch-1 per-sample latency
+    (each sample's median over repeats); peak memory at batch 1 and at the batch size. None for
+    timing files without the pass (older format)."""
+    if "pass" not in timing.columns:
+        return None
+    rows = []
+    for key, g in timing.groupby(KEYS, sort=False):
+        lat, thr = g[g["pass"] == "latency"], g[g["pass"] == "throughput"]
+        per_sample = lat.groupby("sample_index")["time_s"].median()
+        wall = thr["pass_s"].iloc[0] if len(thr) else math.nan
+        tokens = thr["token_ids"].map(len).sum() if len(thr) else 0
+        rows.append(dict(zip(KEYS, key)) | {
+            "batch_size": int(thr["batch_size"].iloc[0]) if len(thr) else pd.NA,
+            "throughput_tps": tokens / wall if len(thr) else math.nan,
+            "throughput_sps": len(thr) / wall if len(thr) else math.nan,
+            "latency_p50_s": float(per_sample.quantile(0.5)) if len(per_sample) else math.nan,
+            "latency_p90_s": float(per_sample.quantile(0.9)) if len(per_sample) else math.nan,
+            "peak_memory_mb_b1": float(lat["peak_memory_mb"].max()) if len(lat) else math.nan,
+            "peak_memory_mb_batch": float(thr["peak_memory_mb"].max()) if len(thr) else math.nan})
+    out = pd.DataFrame(rows, columns=KEYS + THROUGHPUT_COLUMNS)
+    out["batch_size"] = out["batch_size"].astype("Int64")
+    return out
+
+
 def front_flags(table: pd.DataFrame) -> pd.DataFrame:
     """Per (backbone, task): ``pareto`` on (quality, speedup) point estimates, and
     ``overlaps_front`` for the methods off the front whose error bars (quality + SE, the upper
@@ -246,6 +277,9 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     if timing is not None:
         table = timed_speedups(table, timing, reference, also_against, seed)
         extra += [f"speedup_vs_{o}{end}" for o in also_against for end in ("", "_ci_low", "_ci_high")]
+        if (batched := throughput(timing)) is not None:
+            table = table.merge(batched, on=KEYS, how="left")
+            extra += THROUGHPUT_COLUMNS
     else:
         check_untimed_environments(scores, reference)
         table = table.assign(speedup_ci_low=math.nan, speedup_ci_high=math.nan, timed_samples=0,

@@ -177,6 +177,9 @@ def spa_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], backbon
                 line[f"{b} TTFT (ms)"] = 1000 * s["mean_ttft_s"]
                 line[f"{b} accuracy (%)"] = 100 * s["quality"]
                 line[f"{b} SE (%)"] = 100 * s["quality_se"]
+                if "throughput_tps" in s.index:  # the timing stage's batched pass
+                    line[f"{b} throughput (tok/s)"] = s["throughput_tps"]
+                    line[f"{b} batch"] = s["batch_size"]
             line[WARNING] = "; ".join(warnings)
             out.append(line)
     return _with_warnings(out), _points_note(rows, backbones, tasks)
@@ -298,6 +301,8 @@ def display_frame(numbers: pd.DataFrame, style: str) -> pd.DataFrame:
             shown[c] = _beside(numbers, ratio, _beside(numbers, c, [
                 f"{_fmt(v)} ({_fmt(r, 1, '×')})" for v, r in zip(values, numbers[ratio])]),
                 digits=1, suffix="×")
+        elif c.endswith(" batch"):
+            shown[c] = [MISSING if pd.isna(v) else str(int(v)) for v in values]
         elif c.endswith("TTFT (ms)"):
             shown[c] = _beside(numbers, c, [_fmt(v, 1) for v in values], digits=1)
         elif style == "spa" and c.endswith(" accuracy (%)"):

@@ -39,6 +39,23 @@ class BackboneConfig:
         return asdict(self)
 
 
+#: fewest rows a CPU projection runs on: MKL's sgemm takes another kernel below 4 rows, whose
+#: sums round differently, so a row's projection would depend on how many rows share the call
+#: (measured; docs/ARCHITECTURE.md, batched decoding). Padding keeps every row's result the same
+#: whether it runs alone, with a few rows, or in a batch.
+MIN_GEMM_ROWS = 4
+
+
+def linear(proj: nn.Linear, x: Tensor) -> Tensor:
+    """``proj(x)`` over rows ``x [..., d]``, row-invariant on the CPU (``MIN_GEMM_ROWS``)."""
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    if x.device.type != "cpu" or rows >= MIN_GEMM_ROWS or rows == 0:
+        return proj(x)
+    flat = x.reshape(rows, x.shape[-1])
+    out = proj(torch.cat([flat, flat.new_zeros(MIN_GEMM_ROWS - rows, flat.shape[1])]))[:rows]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -68,7 +85,7 @@ class Block(nn.Module):
     def ffn(self, h: Tensor) -> Tensor:
         """Pre-normed SwiGLU feed-forward delta (without the residual)."""
         n = self.ff_norm(h)
-        return self.ff_down(F.silu(self.ff_gate(n)) * self.ff_up(n))
+        return linear(self.ff_down, F.silu(linear(self.ff_gate, n)) * linear(self.ff_up, n))
 
 
 class Backbone(nn.Module):
@@ -127,15 +144,15 @@ class Backbone(nn.Module):
 
     def queries(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
         """RoPE'd query heads ``[B, H, T, hd]`` of normed rows (``rope`` from ``self.rope``)."""
-        return self.apply_rope(self.split_heads(self.blocks[layer].q_proj(normed), self.cfg.n_heads), *rope)
+        return self.apply_rope(self.split_heads(linear(self.blocks[layer].q_proj, normed), self.cfg.n_heads), *rope)
 
     def keys(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
         """RoPE'd key heads ``[B, Hkv, T, hd]`` of normed rows."""
-        return self.apply_rope(self.split_heads(self.blocks[layer].k_proj(normed), self.cfg.n_kv_heads), *rope)
+        return self.apply_rope(self.split_heads(linear(self.blocks[layer].k_proj, normed), self.cfg.n_kv_heads), *rope)
 
     def values(self, layer: int, normed: Tensor) -> Tensor:
         """Value heads ``[B, Hkv, T, hd]`` of normed rows."""
-        return self.split_heads(self.blocks[layer].v_proj(normed), self.cfg.n_kv_heads)
+        return self.split_heads(linear(self.blocks[layer].v_proj, normed), self.cfg.n_kv_heads)
 
     def project_qkv(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys (RoPE'd with ``rope``, the tables of the rows' positions) and values of
@@ -175,14 +192,14 @@ class Backbone(nn.Module):
         return probs.mean(dim=1)
 
     def attn_output(self, layer: int, o: Tensor) -> Tensor:
-        return self.blocks[layer].attn_out(o)
+        return linear(self.blocks[layer].attn_out, o)
 
     def ffn(self, layer: int, h: Tensor) -> Tensor:
         return self.blocks[layer].ffn(h)
 
     def logits(self, h: Tensor) -> Tensor:
         """Raw output logits of final hidden rows (no shift applied)."""
-        return self.head(self.final_norm(h)).float()
+        return linear(self.head, self.final_norm(h)).float()
 
     # ---- full forward -----------------------------------------------------------------
     def layer(self, layer: int, h: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:

@@ -78,6 +78,14 @@ def config_hash(wildcards):
     return hashlib.sha256(as_json(generate_params(wildcards)).encode()).hexdigest()[:16]
 
 
+def generate_batch_size(wildcards):
+    """The generate job's batch size as a resource (0: auto, chosen by the job for its device).
+    A resource, not a param: tokens do not depend on it (tests/test_batching.py), so changing
+    it reruns nothing, like the other scheduling settings."""
+    size = CAMPAIGN.batch_size(wildcards.method)
+    return 0 if size == "auto" else int(size)
+
+
 def generate_gpus(wildcards=None):
     gpu = RESOURCES["generate"]["gpu"]
     return (1 if config["device"] == "cuda" else 0) if gpu is None else gpu
@@ -134,9 +142,11 @@ def proxies_input(wildcards):
 def timing_params(wildcards):
     """Everything a timing job's result depends on: every method that runs on this backbone and
     task, as its generate job decodes it (in campaign order: the interleaving order), seed, device,
-    compile, samples and repeats."""
+    compile, samples and repeats; each method with its batch size (the throughput pass's, so
+    changing a batch size re-times: throughput depends on it, the tokens do not)."""
     return {
-        "methods": [CAMPAIGN.method(m, wildcards.task, wildcards.backbone)
+        "methods": [{**CAMPAIGN.method(m, wildcards.task, wildcards.backbone),
+                     "batch_size": CAMPAIGN.batch_size(m)}
                     for m in CAMPAIGN.methods_on(wildcards.backbone, wildcards.task)],
         "seed": config["seed"],
         "device": config["device"],

@@ -20,6 +20,7 @@ rule generate:
     threads: generate_threads
     resources:
         **model_job_resources(),
+        batch_size=generate_batch_size,
     log:
         f"{R}/logs/generate/{{backbone}}/{{task}}/{{method}}"
         + ("" if SHARDS == 1 else f".shard{{shard}}-of-{SHARDS}") + ".log",
@@ -28,7 +29,7 @@ rule generate:
     shell:
         "python -m dlmpipe generate --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
-        " --compile {params.compile}"
+        " --compile {params.compile} --batch-size {resources.batch_size}"
         " --config-hash {params.config_hash} --out {output.generations}"
         " --provenance {output.provenance} --proxies={input.proxies:q}"
         + ("" if SHARDS == 1 else f" --shard {{wildcards.shard}}/{SHARDS}") + " > {log} 2>&1"
