@@ -41,7 +41,13 @@ def test_tiny_campaign_end_to_end(tmp_path, snakemake):
     repeats = campaign.config["timing"]["repeats"]
     for task in campaign.tasks:
         timing = pd.read_parquet(results / "timing" / "toy" / f"{task}.parquet")
-        assert len(timing) == len(campaign.methods) * samples * repeats
+        latency = timing[timing["pass"] == "latency"]
+        assert len(latency) == len(campaign.methods) * samples * repeats
+        assert (latency["batch_size"] == 1).all()
+        # and one throughput pass per method over the same samples, at the campaign's batch size
+        throughput = timing[timing["pass"] == "throughput"]
+        assert len(throughput) == len(campaign.methods) * samples
+        assert (throughput["repeat"] == 0).all() and (throughput["batch_size"] >= 1).all()
         assert set(timing.groupby("method")["sample_index"].nunique()) == {samples}
         for method in campaign.methods:
             gen = pd.read_parquet(results / "generations" / "toy" / task / f"{method}.parquet")
