@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Sampler, gumbel_argmax
+from .parallel import BlockLoop, block_candidates
 
 ERROR_PROXIES = ("entropy", "confidence", "margin")
 
@@ -48,7 +48,7 @@ def proxy_scores(probs: Tensor, log_probs: Tensor, tokens: Tensor, proxy: str) -
     return entropy, top[:, 0] - top[:, 1]
 
 
-class EBSampler(Sampler):
+class EBSampler(BlockLoop):
     def __init__(self, *, gamma: float, error_proxy: str, rule: str, block_length: int | None,
                  temperature: float):
         if error_proxy not in ERROR_PROXIES:
@@ -56,34 +56,13 @@ class EBSampler(Sampler):
         self.gamma, self.error_proxy, self.released = gamma, error_proxy, rule == "released"
         self.block_length_opt, self.temperature = block_length, temperature
 
-    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
-        super().begin(prompt_len, gen_len, mask_id, generator, device)
-        self.block_length = self.block_length_opt or gen_len
-        if gen_len % self.block_length:
-            raise ValueError(f"gen_length {gen_len} is not a multiple of block_length {self.block_length}")
-        self.num_blocks = gen_len // self.block_length
-        self.block_index = 0
-        self.accepted_per_step: list[int] = []
-        # masks left in the current block, read back once per step; a block is untouched (all
-        # masks) until its first step, since a step writes inside its own block only
-        self.remaining = self.block_length
-
-    @property
-    def block(self) -> tuple[int, int]:
-        lo = self.block_index * self.block_length
-        return (lo, lo + self.block_length)
-
     def step(self, x: Tensor, logits: Tensor) -> None:
         response = x[self.prompt_len:]
         lo, hi = self.block
         m = self.remaining
-        # the block's masked positions, ascending, without a host sync (a stable sort puts them first)
-        masked = response[lo:hi] == self.mask_id
-        candidates = torch.sort((~masked).to(torch.uint8), stable=True).indices[:m] + lo
-        rows = logits[candidates]
-        without_mask = rows.clone()
-        without_mask[:, self.mask_id] = float("-inf")
-        tokens = gumbel_argmax(without_mask, self.temperature, self.generator)
+        masked, candidates, rows, tokens = block_candidates(
+            response[lo:hi], logits[lo:hi], m, self.mask_id, self.temperature, self.generator)
+        candidates = candidates + lo
         wide = rows.to(torch.float64)
         probs = torch.softmax(wide, dim=-1)
         entropy, score = proxy_scores(probs, torch.log_softmax(wide, dim=-1), tokens, self.error_proxy)
@@ -92,16 +71,4 @@ class EBSampler(Sampler):
         accepted = torch.empty_like(masked[:m])
         accepted[order] = torch.arange(m, device=response.device) < n  # the first n in order
         response[candidates] = torch.where(accepted, tokens, response[candidates])
-        self.steps += 1
-        self._track(response)
-        # the step's one host read: how many were accepted, how many masks the block has left
-        n, self.remaining = torch.stack([n.to(torch.int64),
-                                         (response[lo:hi] == self.mask_id).sum()]).tolist()
-        self.accepted_per_step.append(n)
-        if self.remaining == 0:
-            self.block_index += 1
-            self.remaining = self.block_length
-            self.done = self.block_index == self.num_blocks
-
-    def stats(self) -> dict:
-        return {**super().stats(), "accepted_per_step": list(self.accepted_per_step)}
+        self.finish_step(response, n)

@@ -46,18 +46,26 @@ def factor_accepts(sorted_confidence: Tensor, f: float, released: bool = False) 
     return torch.where(n == m - 1, m, n) if released and m >= 2 else n
 
 
-class ParallelSampler(Sampler):
-    """Block loop shared by the threshold and factor rules; subclasses implement ``accepts``."""
+def block_candidates(span: Tensor, logits: Tensor, m: int, mask_id: int, temperature: float,
+                     generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The ``m`` masked positions of ``span`` (a block's tokens; ``logits`` its rows), ascending
+    and relative to the span, with their logit rows and their tokens (LLaDA's choice, Gumbel
+    noise at temperature > 0, never the MASK id): ``(masked, candidates, rows, tokens)``. A
+    stable sort puts the masked positions first, which needs no host sync (nonzero would read
+    the count back; ``m`` is known from the last step)."""
+    masked = span == mask_id
+    candidates = torch.sort((~masked).to(torch.uint8), stable=True).indices[:m]
+    rows = logits[candidates]
+    without_mask = rows.clone()
+    without_mask[:, mask_id] = float("-inf")
+    return masked, candidates, rows, gumbel_argmax(without_mask, temperature, generator)
 
-    def __init__(self, *, block_length: int | None, temperature: float,
-                 max_steps_per_block: int | None):
-        self.block_length_opt, self.temperature = block_length, temperature
-        self.max_steps_per_block = max_steps_per_block
 
-    @abstractmethod
-    def accepts(self, sorted_confidence: Tensor) -> Tensor:
-        """How many of the descending candidate confidences this step accepts (at least one),
-        a 0-d tensor."""
+class BlockLoop(Sampler):
+    """Fast-dLLM's block loop (§1.2): blocks left to right, each stepped until it has no masks.
+    Subclasses set ``block_length_opt`` and end each ``step`` with ``finish_step``."""
+
+    block_length_opt: int | None
 
     def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
         super().begin(prompt_len, gen_len, mask_id, generator, device)
@@ -76,31 +84,13 @@ class ParallelSampler(Sampler):
         lo = self.block_index * self.block_length
         return (lo, lo + self.block_length)
 
-    def step(self, x: Tensor, logits: Tensor) -> None:
-        response = x[self.prompt_len:]
+    def finish_step(self, response: Tensor, accepted: Tensor) -> None:
+        """Count the step and track revisions; the step's one host read: how many were accepted
+        (``accepted``, 0-d), how many masks the block has left; then the next block if none."""
         lo, hi = self.block
-        m = self.remaining
-        # the block's masked positions, ascending; a stable sort puts them first, which needs no
-        # host sync (nonzero would read the count back)
-        masked = response[lo:hi] == self.mask_id
-        candidates = torch.sort((~masked).to(torch.uint8), stable=True).indices[:m] + lo
-        rows = logits[candidates]
-        without_mask = rows.clone()
-        without_mask[:, self.mask_id] = float("-inf")
-        tokens = gumbel_argmax(without_mask, self.temperature, self.generator)
-        confidence = torch.softmax(rows.to(torch.float64), dim=-1).gather(-1, tokens[:, None])[:, 0]
-        order = torch.sort(confidence, descending=True, stable=True).indices
-        n = self.accepts(confidence[order])
-        self.block_step += 1
-        if self.max_steps_per_block is not None and self.block_step >= self.max_steps_per_block:
-            n = torch.full((), m, device=response.device)  # the capped block's last step: nothing stays masked
-        accepted = torch.empty_like(masked[:m])
-        accepted[order] = torch.arange(m, device=response.device) < n  # the n most confident
-        response[candidates] = torch.where(accepted, tokens, response[candidates])
         self.steps += 1
         self._track(response)
-        # the step's one host read: how many were accepted, how many masks the block has left
-        n, self.remaining = torch.stack([n.to(torch.int64),
+        n, self.remaining = torch.stack([accepted.to(torch.int64),
                                          (response[lo:hi] == self.mask_id).sum()]).tolist()
         self.accepted_per_step.append(n)
         if self.remaining == 0:
@@ -110,6 +100,38 @@ class ParallelSampler(Sampler):
 
     def stats(self) -> dict:
         return {**super().stats(), "accepted_per_step": list(self.accepted_per_step)}
+
+
+class ParallelSampler(BlockLoop):
+    """The threshold and factor rules' step; subclasses implement ``accepts``."""
+
+    def __init__(self, *, block_length: int | None, temperature: float,
+                 max_steps_per_block: int | None):
+        self.block_length_opt, self.temperature = block_length, temperature
+        self.max_steps_per_block = max_steps_per_block
+
+    @abstractmethod
+    def accepts(self, sorted_confidence: Tensor) -> Tensor:
+        """How many of the descending candidate confidences this step accepts (at least one),
+        a 0-d tensor."""
+
+    def step(self, x: Tensor, logits: Tensor) -> None:
+        response = x[self.prompt_len:]
+        lo, hi = self.block
+        m = self.remaining
+        masked, candidates, rows, tokens = block_candidates(
+            response[lo:hi], logits[lo:hi], m, self.mask_id, self.temperature, self.generator)
+        candidates = candidates + lo
+        confidence = torch.softmax(rows.to(torch.float64), dim=-1).gather(-1, tokens[:, None])[:, 0]
+        order = torch.sort(confidence, descending=True, stable=True).indices
+        n = self.accepts(confidence[order])
+        self.block_step += 1
+        if self.max_steps_per_block is not None and self.block_step >= self.max_steps_per_block:
+            n = torch.full((), m, device=response.device)  # the capped block's last step: nothing stays masked
+        accepted = torch.empty_like(masked[:m])
+        accepted[order] = torch.arange(m, device=response.device) < n  # the n most confident
+        response[candidates] = torch.where(accepted, tokens, response[candidates])
+        self.finish_step(response, n)
 
 
 class ThresholdSampler(ParallelSampler):

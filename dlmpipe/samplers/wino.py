@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Sampler, gumbel_argmax
+from .base import Sampler
+from .parallel import block_candidates
 
 
 def wide_in_count(sorted_confidence: Tensor, wide_in: float, cap: int | None = None) -> Tensor:
@@ -90,13 +91,9 @@ class Wino(Sampler):
         if self.released:  # check_can_generate's in-place AND (the mask lies inside the window)
             b0 = self.block[0]
             self.eligible[lo - b0:hi - b0] &= masked
-        # wide-in over the window's masked positions, ascending (a stable sort puts them first
-        # without reading their count back; it is known from the last step)
-        candidates = torch.sort((~masked).to(torch.uint8), stable=True).indices[:m]
-        rows = logits[lo:hi][candidates]
-        without_mask = rows.clone()
-        without_mask[:, self.mask_id] = float("-inf")
-        tokens = gumbel_argmax(without_mask, self.temperature, self.generator)
+        # wide-in over the window's masked positions
+        _, candidates, rows, tokens = block_candidates(span, logits[lo:hi], m, self.mask_id,
+                                                       self.temperature, self.generator)
         confidence = torch.softmax(rows.to(torch.float64), -1).gather(-1, tokens[:, None])[:, 0]
         order = torch.sort(confidence, descending=True, stable=True).indices
         n_in = wide_in_count(confidence[order], self.wide_in,
