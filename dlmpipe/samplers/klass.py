@@ -26,15 +26,15 @@ import math
 import torch
 from torch import Tensor
 
-from .base import Sampler, gumbel_noise, to_device
-from .llada_confidence import transfer_schedule
+from .base import gumbel_noise, to_device
+from .llada_confidence import LLaDASchedule, transfer_schedule
 
 UNMASK_STRATEGIES = ("all", "max_conf", "min_kl", "random")
 #: the reference's epsilon inside both logarithms of the KL
 KL_EPS = 1e-12
 
 
-class KLASS(Sampler):
+class KLASS(LLaDASchedule):
     def __init__(self, *, conf_threshold: float, kl_threshold: float, history_length: int,
                  unmask_strategy: str, rule: str, block_length: int | None, steps: int | None,
                  temperature: float):
@@ -43,20 +43,11 @@ class KLASS(Sampler):
         self.conf_threshold, self.kl_threshold = conf_threshold, kl_threshold
         self.history_length, self.unmask_strategy = history_length, unmask_strategy
         self.released = rule == "released"
-        self.block_length_opt, self.steps_opt, self.temperature = block_length, steps, temperature
+        super().__init__(block_length=block_length, steps=steps, temperature=temperature)
 
     def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
         super().begin(prompt_len, gen_len, mask_id, generator, device)
-        self.block_length = self.block_length_opt or gen_len
-        total_steps = self.steps_opt or gen_len
-        if gen_len % self.block_length:
-            raise ValueError(f"gen_length {gen_len} is not a multiple of block_length {self.block_length}")
-        self.num_blocks = gen_len // self.block_length
-        if total_steps % self.num_blocks:
-            raise ValueError(f"steps {total_steps} is not a multiple of the {self.num_blocks} blocks")
-        self.steps_per_block = total_steps // self.num_blocks
         self.schedule = transfer_schedule(self.block_length, self.steps_per_block)
-        self.block_index, self.block_step = 0, 0
         self.remaining = self.block_length  # masks left in the block, read back once per step
         self.unmasked_in_block = 0          # positions the block's steps chose so far
         # the history: log(p_(t-1) + eps) of every response row (allocated at the first step, when
@@ -65,11 +56,6 @@ class KLASS(Sampler):
         self.kl_history = torch.zeros(gen_len, self.history_length, dtype=torch.float64, device=self.device)
         self.accepted_per_step: list[int] = []
         self.ready_steps = 0
-
-    @property
-    def block(self) -> tuple[int, int]:
-        lo = self.block_index * self.block_length
-        return (lo, lo + self.block_length)
 
     def _distribution(self, logits: Tensor) -> tuple[Tensor, Tensor]:
         """Each row's token and float64 distribution (§1.1's tokens; the released rule at
