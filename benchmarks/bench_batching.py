@@ -8,6 +8,13 @@ run; the report gives the median wall time per (method, batch size), the ratio t
 throughput, and the fraction of samples whose tokens equal batch 1's (1.0 in float32 on the
 CPU: batch invariance; on bf16 GPUs the fraction shows how far batching moves tokens).
 
+Each method also gets its **compute floor**: the floating-point operations of its batch-1 job
+(counted by torch's FlopCounterMode: projections, attention, logits) at the peak rate of one
+large matrix product measured in the same run, as a share of the batch-1 wall time. Batching
+can only remove time spent off the arithmetic (host work, small-GEMM inefficiency), so no batch
+size can bring a method's wall-time ratio below its floor: where batch 1 already runs near the
+peak (the toy on one CPU core), the floor says how much batching can buy at all.
+
     python benchmarks/bench_batching.py [--checkpoint DIR] [--sizes 1 4 16] [--samples 16]
     python benchmarks/bench_batching.py --shape llada-8b        # CUDA, random bf16 weights
 
@@ -113,7 +120,43 @@ def job_time(model, method: dict, prompts, gen_len: int, batch: int, artifacts=N
     return time.perf_counter() - start, [out[i] for i in range(len(prompts))]
 
 
-def run(model, methods, prompts, gen_len, sizes, repeats, say=print, deadline=None) -> dict:
+def gemm_peak(device: torch.device, dtype: torch.dtype, size: int = 1024) -> float:
+    """FLOP/s of one large square matrix product on ``device`` (median of 5): the arithmetic
+    peak the compute floors are measured against."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(5):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(4):
+            a @ b
+        _sync(device)
+        times.append((time.perf_counter() - start) / 4)
+    return 2 * size ** 3 / statistics.median(times)
+
+
+def job_flops(model, method: dict, prompts, gen_len: int, artifacts=None) -> int:
+    """Floating-point operations of the batch-1 job (FlopCounterMode: matrix products and
+    attention, the work batching shares out; elementwise work is left out, so the floor is a
+    lower bound). The CPU's SDPA kernel has no formula in torch's table: given SDPA's."""
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+    def sdpa(q, k, v, *args, out_shape=None, **kwargs):
+        return sdpa_flop_count(q, k, v)
+
+    sampler, cache = build_method(method, model, artifacts)
+    cpu_sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: sdpa}
+    with FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as counter:
+        for i, p in enumerate(prompts):
+            decode(model, sampler, cache, p, gen_len, torch.Generator().manual_seed(i))
+    return counter.get_total_flops()
+
+
+def run(model, methods, prompts, gen_len, sizes, repeats, say=print, deadline=None,
+        floors: bool = True) -> dict:
     """Every (method, size) timed ``repeats`` times, interleaved; returns per method the median
     wall time per size, the ratio to the smallest size, throughput and identical fractions."""
     artifacts = {}
@@ -121,6 +164,9 @@ def run(model, methods, prompts, gen_len, sizes, repeats, say=print, deadline=No
            for m in methods):
         from dlmpipe.engine.proxies import proxies_from_model
         artifacts["proxies"] = proxies_from_model(model)
+    if floors:
+        peak = gemm_peak(model.device, next(model.parameters()).dtype)
+        say(f"  arithmetic peak (one 1024^3 matrix product): {peak / 1e9:.1f} GFLOP/s")
     results = {}
     for m in methods:
         if deadline is not None and time.monotonic() > deadline:
@@ -144,7 +190,14 @@ def run(model, methods, prompts, gen_len, sizes, repeats, say=print, deadline=No
         results[m["name"]] = {"wall_s": med, "ratio": {b: med[b] / med[base] for b in sizes},
                               "tokens_per_s": {b: n_tok / med[b] for b in sizes},
                               "identical": same}
-        say(f"  {m['name']:28s} " + "  ".join(
+        if floors:
+            flops = job_flops(model, m, prompts, gen_len, artifacts)
+            floor = flops / peak / med[base]
+            results[m["name"]] |= {"gflop": flops / 1e9, "batch1_gflops": flops / med[base] / 1e9,
+                                   "compute_floor": floor}
+            say(f"  {m['name']:28s} {flops / 1e9:7.2f} GFLOP; B=1 runs them at "
+                f"{flops / med[base] / 1e9:6.1f} GFLOP/s: compute floor {floor:.3f}x time")
+        say(f"  {'':28s} " + "  ".join(
             f"B={b}: {med[b]:7.3f} s ({med[b] / med[base]:.3f}x time, {n_tok / med[b]:8.1f} tok/s, "
             f"{same[b]:.0%} same)" for b in sizes))
     return results
