@@ -15,7 +15,11 @@ import pytest
 import torch
 import yaml
 
+from .toy_retraining import ToyRetraining
 from .workflow import CONFIGS, REPO, fake_finished_run, run_snakemake  # noqa: F401  (re-exported)
+
+RETRAIN_TEST = "test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options"
+RETRAINING = pytest.StashKey[ToyRetraining]()
 
 
 def pytest_addoption(parser):
@@ -30,6 +34,31 @@ def pytest_generate_tests(metafunc):
         devices = metafunc.config.getoption("dlmpipe_device") or (
             ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
         metafunc.parametrize("device", devices)
+
+
+def pytest_collection_finish(session):
+    """The shipped toy's retraining takes minutes: start it beside the other tests as soon as
+    its test is collected (tests/toy_retraining.py), where it can reproduce the shipped bits."""
+    if any(item.name == RETRAIN_TEST for item in session.items):
+        from .test_shipped_toy import kernels_differ
+
+        if not kernels_differ():
+            session.config.stash[RETRAINING] = ToyRetraining()
+
+
+def pytest_sessionfinish(session):
+    retraining = session.config.stash.get(RETRAINING, None)
+    if retraining is not None:
+        retraining.stop()
+
+
+@pytest.fixture
+def toy_retraining(request) -> ToyRetraining:
+    """The background retraining of the shipped toy (started at collection)."""
+    retraining = request.config.stash.get(RETRAINING, None)
+    if retraining is None:
+        retraining = request.config.stash[RETRAINING] = ToyRetraining()
+    return retraining
 
 
 @pytest.fixture(autouse=True)
