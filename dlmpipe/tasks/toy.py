@@ -8,7 +8,7 @@ decoded therefore matters: one confident token at a time gets the chain right; d
 tokens from one set of logits (aggressive thresholds) loses samples on toy_arith's long runs.
 A briefly trained toy is also hurt by caches that keep rows' states after a neighbour changed,
 by how much depending on its training seed; the shipped toy is trained to tolerate that
-(``stale_kv``, dlmpipe/backbones/toy.py), so the caches lose little on it, as on real models.
+(``stale_kv``, dlmpipe/backbones/toy.py), so most caches lose little on it, as on real models.
 
 The layout is what makes this learnable in a few CPU minutes by a ~1M-parameter model: single
 digits at a stride of two characters, the pattern right before the answer, and the same
