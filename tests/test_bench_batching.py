@@ -33,7 +33,7 @@ def test_job_flops_counts_every_matrix_product_and_attention_of_full_recompute()
     assert flops == 2 * gen_len * full_forward_flops(model.cfg, prompt_len + gen_len, gen_len)
 
 
-def test_a_cache_that_recomputes_fewer_rows_has_fewer_flops_and_a_lower_floor():
+def test_a_cache_that_recomputes_fewer_rows_counts_fewer_flops_and_the_peak_is_a_rate():
     model = tiny_backbone("llada", seed=0)
     sampler = {"name": "llada_confidence", "block_length": 4, "steps": 8}
     prompts = [random_prompt(10, i) for i in range(2)]

@@ -146,28 +146,31 @@ def _masked_forward(model: Backbone, ids: torch.Tensor, key_mask: torch.Tensor,
     masked ids, as a cache that has not refreshed them yet serves them (``stale_kv``)."""
     rope = model.rope(torch.arange(ids.shape[1]))
     attn_mask = key_mask[:, None, None, :]
-    old_kv = []
+    served = None
     if stale is not None:
         with torch.no_grad():
-            h = model.embed(stale[0])
-            for i in range(model.cfg.n_layers):
-                q, k, v = model.qkv(i, h, rope)
-                old_kv.append((k, v))
-                o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-                b, hh, t, hd = o.shape
-                h = h + model.attn_output(i, o.transpose(1, 2).reshape(b, t, hh * hd))
-                h = h + model.ffn(i, h)
+            _, earlier_kv = _layers(model, stale[0], rope, attn_mask)
+        served = (stale[1][:, None, :, None], earlier_kv)
+    h, _ = _layers(model, ids, rope, attn_mask, served)
+    return model.logits(h)
+
+
+def _layers(model: Backbone, ids: torch.Tensor, rope, attn_mask: torch.Tensor, served=None):
+    """Final hidden rows and every layer's K/V; ``served`` = (rows mask, per-layer K/V): those
+    rows' K/V are replaced by the given ones before attention."""
     h = model.embed(ids)
+    kvs = []
     for i in range(model.cfg.n_layers):
         q, k, v = model.qkv(i, h, rope)
-        if stale is not None:
-            rows = stale[1][:, None, :, None]
-            k, v = torch.where(rows, old_kv[i][0], k), torch.where(rows, old_kv[i][1], v)
+        if served is not None:
+            rows, (old_k, old_v) = served[0], served[1][i]
+            k, v = torch.where(rows, old_k, k), torch.where(rows, old_v, v)
+        kvs.append((k, v))
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         b, hh, t, hd = o.shape
         h = h + model.attn_output(i, o.transpose(1, 2).reshape(b, t, hh * hd))
         h = h + model.ffn(i, h)
-    return model.logits(h)
+    return h, kvs
 
 
 def _stale_view(ids: torch.Tensor, noisy: torch.Tensor, key_mask: torch.Tensor, plen: int,
