@@ -38,7 +38,7 @@ def test_the_default_campaign_decodes_the_shipped_toy_with_its_hashes_pinned():
     # the record holds every train_toy option, so retraining needs nothing else
     assert set(record["options"]) == {"seed", "steps", "batch_size", "d_model", "n_layers", "n_heads",
                                       "mlp_hidden", "gen_length", "lr", "threads", "pretrain_fraction",
-                                      "tasks", "stale_kv"}
+                                      "tasks", "stale_kv", "stale_rows"}
     # the repository stays small: a few MB of weights
     assert sum(f.stat().st_size for f in TOY.iterdir()) < 5_000_000
 
@@ -46,6 +46,23 @@ def test_the_default_campaign_decodes_the_shipped_toy_with_its_hashes_pinned():
 def test_a_shipped_checkpoint_without_pins_is_checked_against_its_record(tiny_config):
     tiny_config["backbones"] = {"toy": {"shipped": "toy"}}
     assert Campaign(tiny_config).weight_sha256("toy") == read_record("toy")["sha256"]
+
+
+def test_the_recorded_options_train_the_toy_in_the_workflow_as_config_yaml_says(tiny_config):
+    """config.yaml's commented `toy:` line is the record's options, and the schema accepts them
+    as a backbone the workflow trains (every train_toy option, stale_kv and stale_rows too)."""
+    options = read_record("toy")["options"]
+    line = next(line for line in (REPO / "config.yaml").read_text().splitlines()
+                if line.strip().startswith("# toy: {seed:"))
+    shown = yaml.safe_load(line.split("# toy:", 1)[1])
+    assert {k: options[k] for k in shown} == shown
+    assert {k: v for k, v in options.items() if k not in shown} == \
+        {"batch_size": 32, "d_model": 128, "n_layers": 4, "n_heads": 4, "mlp_hidden": 384,
+         "lr": 0.003, "pretrain_fraction": 0.0, "tasks": ["toy_code", "toy_arith"]}  # defaults
+    tiny_config["backbones"] = {"toy": {"toy": shown}}
+    assert Campaign(tiny_config).config["backbones"]["toy"]["toy"] == shown
+    tiny_config["backbones"] = {"toy": {"toy": options}}
+    assert Campaign(tiny_config).config["backbones"]["toy"]["toy"] == options
 
 
 def test_other_weights_are_refused_naming_file_and_both_hashes_and_nothing_is_lost(tmp_path):
@@ -126,7 +143,7 @@ def kernels_differ() -> list[str]:
 
 
 def test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options(request):
-    """Retrains the toy from training.json's options (the whole training: ~7 minutes on one
+    """Retrains the toy from training.json's options (the whole training: ~15 minutes on one
     thread, run in the background from the start of the session: tests/toy_retraining.py) and
     compares the weight files' sha256 with the shipped ones, bit for bit.
 
@@ -135,7 +152,7 @@ def test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options
     (BLAS libraries pick code paths per model and vendor), the architecture and the thread
     count. Where all match the record, the bits must match: a difference is a failure (the
     shipped weights are not what the record says, or train_toy changed). Where they do not,
-    rounding differs in the last bit from the first step on and 1500 Adam steps amplify it into
+    rounding differs in the last bit from the first step on and 3000 Adam steps amplify it into
     different weights (the issue's machines disagreed by 30-80 points of quality), so neither
     bit-for-bit equality nor any tolerance on the weights would be a meaningful check: the test
     is skipped, its reason naming what differs (shown by `make test`'s -ra), rather than passing

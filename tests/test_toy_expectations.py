@@ -26,12 +26,12 @@ from .workflow import REPO
 SAMPLES = 20  # of each task's 40
 TASKS = ("toy_code", "toy_arith")
 # Verdict classes (qualities on the toy, the share of samples that pass): one-sided bounds, so
-# near and lossy overlap between 85% and 92.5%; each states what it guarantees, not a band a
+# near and lossy overlap between 85% and 95%; each states what it guarantees, not a band a
 # method must land in. config.yaml gives each method's qualities on toys of seeds 0-4.
 CLASSES = {
     "exact": lambda q: q == 1.0,          # every sample right, as the full-recompute reference
     "near": lambda q: q >= 0.85,          # at most a small loss
-    "lossy": lambda q: q <= 0.925,        # a visible loss: at least 3 of 40 samples wrong
+    "lossy": lambda q: q <= 0.95,         # a visible loss: at least 2 of 40 samples wrong
 }
 
 

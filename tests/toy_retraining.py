@@ -1,6 +1,6 @@
 """Retraining the shipped toy in a background process for tests/test_shipped_toy.py.
 
-The retraining is the shipped toy's whole training (~7 minutes on one core). The test suite runs
+The retraining is the shipped toy's whole training (~15 minutes on one core). The test suite runs
 its tests on one thread, so conftest.py starts this process on the machine's other core as soon
 as the test is collected, and the test joins it when its turn comes: the suite's wall time grows
 by the join's wait, if any, not by the training."""
