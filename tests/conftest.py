@@ -36,6 +36,12 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("device", devices)
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The retraining test runs last, so the whole suite overlaps the background training
+    (~15 minutes on one core) before the test waits for it."""
+    items.sort(key=lambda item: item.name == RETRAIN_TEST)  # stable: the rest keep their order
+
+
 def pytest_collection_finish(session):
     """The shipped toy's retraining takes minutes: start it beside the other tests as soon as
     its test is collected (tests/toy_retraining.py), where it can reproduce the shipped bits."""

@@ -2,8 +2,8 @@
 
 The retraining is the shipped toy's whole training (~15 minutes on one core). The test suite runs
 its tests on one thread, so conftest.py starts this process on the machine's other core as soon
-as the test is collected, and the test joins it when its turn comes: the suite's wall time grows
-by the join's wait, if any, not by the training."""
+as the test is collected, and runs the test last (it joins the process): the suite's wall time
+grows by the join's wait, if any, not by the training."""
 from __future__ import annotations
 
 import os
