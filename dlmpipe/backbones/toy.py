@@ -8,7 +8,7 @@ capability (AVX2 / AVX512) rounds sums differently and trains other weights, whi
 default campaign decodes a shipped toy (dlmpipe/backbones/shipped.py). ``training.json`` beside
 the weights records every option, that environment and the weights' sha256.
 
-``stale_kv`` and ``stale_rows`` (the shipped toy: 0.5 and 0.3, with 1500 steps) train the toy
+``stale_kv`` and ``stale_rows`` (the shipped toy: 0.5 and 0.3, with 3000 steps) train the toy
 on the states the caches serve it. ``stale_kv``: the share of training sequences in which some
 rows are seen through K/V from an earlier, more masked state of the sequence (``_stale_view``:
 the prompt's rows as of the all-masked response, or random rows at a random earlier step).
@@ -165,9 +165,10 @@ def _masked_forward(model: Backbone, ids: torch.Tensor, key_mask: torch.Tensor,
 
 
 def _layers(model: Backbone, ids: torch.Tensor, rope, attn_mask: torch.Tensor, served=None):
-    """Final hidden rows, every layer's K/V and output (attention + FFN); ``served`` = (rows
-    mask, per-layer K/V, per-layer reused rows or None, per-layer outputs): those rows' K/V are
-    replaced by the given ones before attention, the reused rows' outputs by the given ones."""
+    """Final hidden rows, every layer's K/V and, unless ``served``, its output (attention + FFN);
+    ``served`` = (rows mask, per-layer K/V, per-layer reused rows or None, per-layer outputs):
+    those rows' K/V are replaced by the given ones before attention, the reused rows' outputs by
+    the given ones."""
     h = model.embed(ids)
     kvs, deltas = [], []
     for i in range(model.cfg.n_layers):
@@ -185,12 +186,10 @@ def _layers(model: Backbone, ids: torch.Tensor, rope, attn_mask: torch.Tensor, s
         a = model.attn_output(i, o.transpose(1, 2).reshape(b, t, hh * hd))
         mid = h + a
         out = mid + model.ffn(i, mid)
-        if served is not None:
-            deltas.append(None)
-            if reused is not None:
-                out = torch.where(reused[:, :, None], h + served[3][i], out)
-        else:
-            deltas.append(out - h)
+        if served is None:
+            deltas.append(out - h)  # what a later pass reuses (the served pass needs none)
+        elif reused is not None:
+            out = torch.where(reused[:, :, None], h + served[3][i], out)
         h = out
     return h, kvs, deltas
 
