@@ -114,10 +114,11 @@ def _drift_analysis(a: argparse.Namespace) -> None:
                          label=a.label, profile=a.profile or None).to_string(index=False))
 
 
-def _time_methods(a: argparse.Namespace) -> None:
+def _time_method(a: argparse.Namespace) -> None:
     from .timing import run_timing_job
 
-    run_timing_job(manifest=a.manifest, task_file=a.task_file, methods=json.loads(a.methods),
+    run_timing_job(manifest=a.manifest, task_file=a.task_file, method=json.loads(a.method),
+                   reference=json.loads(a.reference) if a.reference else None,
                    out=a.out, seed=a.seed, device=a.device, compile=a.compile,
                    samples=a.samples, repeats=a.repeats, proxies=a.proxies or None)
 
@@ -277,11 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "1 with a compile mode or a shadow probe; 0 means auto (the workflow's resource)")
     s.set_defaults(func=_generate)
 
-    s = sub.add_parser("time-methods", help="time every method on the same samples, interleaved "
-                       "and repeated, in one process (paired speedups)")
+    s = sub.add_parser("time-method", help="time one method against the reference on the same "
+                       "samples, interleaved and repeated, in one process (paired speedups)")
     s.add_argument("--manifest", required=True)
     s.add_argument("--task-file", required=True)
-    s.add_argument("--methods", required=True, help="JSON list of methods as generate takes them")
+    s.add_argument("--method", required=True, help="JSON: the method as generate takes it (with "
+                   "its batch_size for the throughput pass)")
+    s.add_argument("--reference", default="", help="JSON: the reference method it is paired "
+                   "with; empty when the method is the reference")
     s.add_argument("--out", required=True)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--device", default="auto")
@@ -290,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--samples", type=int, default=10, help="time the first N samples of the task")
     s.add_argument("--repeats", type=int, default=3, help="decodes per (method, sample)")
     s.add_argument("--proxies", default="", help="the backbone's proxies.safetensors; empty: none")
-    s.set_defaults(func=_time_methods)
+    s.set_defaults(func=_time_method)
 
     def model_job(s: argparse.ArgumentParser) -> None:
         s.add_argument("--manifest", required=True)

@@ -31,8 +31,10 @@ COLUMNS = (*FIELDS, FINGERPRINT)
 
 @functools.lru_cache(maxsize=None)
 def git_revision() -> str:
-    """dlmpipe's git revision (``<sha>``, ``<sha>-dirty`` with uncommitted changes to tracked
-    files, ``unknown`` outside a checkout)."""
+    """dlmpipe's git revision (``<sha>``, ``<sha>-dirty`` with uncommitted changes to the
+    library's tracked files, ``unknown`` outside a checkout). Only the library's own files count:
+    an edited campaign config changes no token or time, and must not make the runs timed before
+    it look like another environment than those timed after it."""
     here = Path(__file__).parent
 
     def git(*args: str) -> str:
@@ -43,7 +45,7 @@ def git_revision() -> str:
         sha = git("rev-parse", "HEAD")
         if not sha:
             return "unknown"
-        return sha + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+        return sha + ("-dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ".") else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 

@@ -1,21 +1,25 @@
-"""Paired, interleaved timing of a campaign's methods on one (backbone, task).
+"""Paired, interleaved timing of one method against the reference, on one (backbone, task).
 
 Speedups from separate generate jobs compare times taken minutes apart, under whatever else
-the machine was doing then; on a CPU that noise is as large as the effects. This job loads the
-model once, warms every method up, then decodes the same samples with every method, the
-methods in a rotated order for each (repeat, sample) so that no method always runs first or
-last, and writes every synchronized time. ``dlmpipe.analysis.speedup`` turns them into paired
-per-sample ratios (a method against the reference on the same sample), their median and a
-bootstrap interval over samples. Decoding is exactly the generate job's (same per-sample
-seeds), so the timed work is the scored work; the token ids are kept to show it.
+the machine was doing then; on a CPU that noise is as large as the effects. One timing job per
+(backbone, task, method) loads the model once, warms the method and the campaign's reference
+method up, then decodes the same samples with both, alternating which goes first for each
+(repeat, sample), and writes every synchronized time. ``dlmpipe.analysis.speedup`` turns them
+into paired per-sample ratios (the method against the reference on the same sample, in the same
+process, moments apart), and expresses every time of the run on the clock of the reference's own
+run (the job that times the reference alone), so that the times and speedups of all methods of a
+(backbone, task) tell one story although they come from separate jobs. Changing or adding one
+method re-times that method only. Decoding is exactly the generate job's (same per-sample seeds),
+so the timed work is the scored work; the token ids are kept to show it.
 
 Those rows (``pass`` "latency") keep the papers' protocol: one sample at a time (batch 1). Then
-each method decodes the same samples once more, all together at the campaign's batch size
-(dlmpipe/batching.py; ``pass`` "throughput", one row per sample with its latency inside the
+the method (not the reference) decodes the same samples once more, all together at its batch
+size (dlmpipe/batching.py; ``pass`` "throughput", one row per sample with its latency inside the
 batch and the pass's wall time ``pass_s``), from which the summary reads throughput (tokens and
 samples per second). Every row carries the peak memory of its method at its batch size
 (``peak_memory``), measured around the method's untimed warm-up (batch 1) and around its
-throughput pass, each from a reset high-water mark.
+throughput pass, each from a reset high-water mark. Every row names the run it belongs to
+(``run``: the method the job times; the reference's rows of a method's job carry that method).
 """
 from __future__ import annotations
 
@@ -33,9 +37,13 @@ from .generate import device_name, encode_prompt, resolve_batch_size, resolve_de
 from .io import atomic_write_parquet
 
 TIMING_SCHEMA = pa.schema([
-    ("backbone", pa.string()), ("task", pa.string()), ("method", pa.string()),
+    ("backbone", pa.string()), ("task", pa.string()),
+    ("run", pa.string()),  # the method this job times (its reference rows carry it too)
+    ("method", pa.string()),  # the method decoded: the run's, or the reference
     ("sample_index", pa.int64()), ("repeat", pa.int64()), ("slot", pa.int64()),
-    ("time_s", pa.float64()), ("nfe", pa.int64()), ("token_ids", pa.list_(pa.int64())),
+    ("time_s", pa.float64()),  # synchronized wall time of the whole decode
+    ("ttft_s", pa.float64()),  # synchronized time to the first committed response token
+    ("nfe", pa.int64()), ("token_ids", pa.list_(pa.int64())),
     ("device", pa.string()),
     # "latency" (batch 1, repeated, interleaved) or "throughput" (one batched pass per method)
     ("pass", pa.string()), ("batch_size", pa.int64()),
@@ -88,15 +96,22 @@ def timed_samples(n_rows: int, samples: int) -> list[int]:
     return list(range(min(n_rows, samples)))
 
 
-def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str, seed: int = 0,
-                   device: str = "auto", compile: str = "none", samples: int = 10,
-                   repeats: int = 3, proxies: str | None = None, log=print,
+def _progress(*args) -> None:
+    print(*args, flush=True)  # the job's log shows each repeat as it ends
+
+
+def run_timing_job(manifest: str, task_file: str, method: dict, out: str,
+                   reference: dict | None = None, seed: int = 0, device: str = "auto",
+                   compile: str = "none", samples: int = 10, repeats: int = 3,
+                   proxies: str | None = None, log=_progress,
                    batch_size: int | str = "auto") -> None:
-    """Time every method of ``methods`` (each as its generate job receives it: name, sampler,
-    cache, gen_length) on the first ``samples`` samples, ``repeats`` times, interleaved; built
-    as the generate job builds it (``auto`` parameters bound, proxies, ``compile``). Then one
-    throughput pass per method at ``batch_size`` (``generate.resolve_batch_size``; a method's
-    own batch size where the campaign gives one: ``methods[i]["batch_size"]``)."""
+    """Time ``method`` (as its generate job receives it: name, sampler, cache, gen_length) and
+    ``reference`` (the campaign's reference method; None, or the method itself, when the job
+    times the reference alone) on the first ``samples`` samples, ``repeats`` times, alternating
+    their order; built as the generate job builds them (``auto`` parameters bound, proxies,
+    ``compile``). Then one throughput pass of ``method`` at ``batch_size``
+    (``generate.resolve_batch_size``; the method's own where the campaign gives one:
+    ``method["batch_size"]``)."""
     from . import registry
     from .backbones.identity import checkpoint_identity
     from .backbones.loading import load_backbone
@@ -104,13 +119,14 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
     from .methods import build_method
     from .tasks import read_task_table
 
-    if not methods:
-        raise ValueError("no methods to time")
     if samples < 1 or repeats < 1:
         raise ValueError(f"timing needs samples >= 1 and repeats >= 1 (got {samples}, {repeats})")
     man = read_manifest(manifest)
     identity = checkpoint_identity(man["path"])
-    methods = [registry.bind_method(m, identity) for m in methods]
+    subject = registry.bind_method(method, identity)
+    methods = [subject]
+    if reference is not None and reference["name"] != method["name"]:
+        methods.insert(0, registry.bind_method(reference, identity))
     if not proxies and any("proxies" in registry.artifacts(m) for m in methods):
         raise ValueError("an SPA-Cache method with the singular identifier needs the backbone's "
                          "proxies file (--proxies)")
@@ -137,6 +153,8 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
         return decode(model, sampler, cache, prompts[i], gen_len[name], gen)
 
     names = list(built)
+    log(f"timing {' against '.join(reversed(names))}: {len(indices)} samples x {repeats} repeats, "
+        f"batch 1, then a throughput pass of {subject['name']}")
     peaks = {}
     for name in names:  # warm-up, untimed: allocations, kernels, caches of every method
         gc.collect()
@@ -144,6 +162,7 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
         run(name, indices[0])
         peaks[name] = (peak_memory_mb(dev, kind), kind)
     task, dev_name, env = Path(task_file).stem, device_name(dev), environment(dev)
+    common = {"backbone": man["name"], "task": task, "run": subject["name"], "device": dev_name, **env}
     records = []
     gc.collect()
     gc.disable()  # no collector pauses inside a timed decode; collected between samples
@@ -152,29 +171,27 @@ def run_timing_job(manifest: str, task_file: str, methods: list[dict], out: str,
             for j, i in enumerate(indices):
                 for slot, name in enumerate(rotation(names, r * len(indices) + j)):
                     res = run(name, i)
-                    records.append({"backbone": man["name"], "task": task, "method": name,
-                                    "sample_index": i, "repeat": r, "slot": slot,
-                                    "time_s": res.time_s, "nfe": res.stats["nfe"],
-                                    "token_ids": res.response.tolist(), "device": dev_name,
+                    records.append({**common, "method": name, "sample_index": i, "repeat": r,
+                                    "slot": slot, "time_s": res.time_s, "ttft_s": res.ttft_s,
+                                    "nfe": res.stats["nfe"], "token_ids": res.response.tolist(),
                                     "pass": "latency", "batch_size": 1, "pass_s": float("nan"),
                                     "peak_memory_mb": peaks[name][0],
-                                    "peak_memory_kind": peaks[name][1], **env})
+                                    "peak_memory_kind": peaks[name][1]})
                 gc.collect()
-        for m in methods:
-            records += throughput_pass(model, m, artifacts, compile, dev, prompts, indices, rows,
-                                       seed, gen_len[m["name"]], m.get("batch_size", batch_size),
-                                       {"backbone": man["name"], "task": task, "device": dev_name, **env})
-            gc.collect()
+            done = [x for x in records if x["repeat"] == r]
+            log(f"  repeat {r + 1}/{repeats}: " + ", ".join(
+                f"{n} {sum(x['time_s'] for x in done if x['method'] == n) / len(indices):.4f} s/decode"
+                for n in names))
+        records += throughput_pass(model, subject, artifacts, compile, dev, prompts, indices, rows,
+                                   seed, gen_len[subject["name"]],
+                                   subject.get("batch_size", batch_size), common)
     finally:
         gc.enable()
     atomic_write_parquet(out, pa.Table.from_pylist(records, schema=TIMING_SCHEMA))
-    log(f"timed {len(names)} methods x {len(indices)} samples x {repeats} repeats on {dev_name} "
-        f"(environment {env['fingerprint']}); mean seconds per decode:")
-    for n in names:
-        times = [x["time_s"] for x in records if x["method"] == n and x["pass"] == "latency"]
-        batched = [x for x in records if x["method"] == n and x["pass"] == "throughput"]
-        log(f"  {n:32s} {sum(times) / len(times):.5f}  batch {batched[0]['batch_size']}: "
-            f"{len(batched) / batched[0]['pass_s']:.2f} samples/s")
+    batched = [x for x in records if x["pass"] == "throughput"]
+    log(f"timed on {dev_name} (environment {env['fingerprint']}); throughput pass of "
+        f"{subject['name']} at batch {batched[0]['batch_size']}: "
+        f"{len(batched) / batched[0]['pass_s']:.2f} samples/s")
 
 
 def throughput_pass(model, method: dict, artifacts: dict, compile: str, dev: torch.device,
@@ -205,7 +222,8 @@ def throughput_pass(model, method: dict, artifacts: dict, compile: str, dev: tor
     wall = time.perf_counter() - start
     peak = peak_memory_mb(dev, kind)
     return [{**common, "method": method["name"], "sample_index": i, "repeat": 0, "slot": 0,
-             "time_s": results[i].time_s, "nfe": results[i].stats["nfe"],
+             "time_s": results[i].time_s, "ttft_s": results[i].ttft_s,
+             "nfe": results[i].stats["nfe"],
              "token_ids": results[i].response.tolist(), "pass": "throughput",
              "batch_size": batch, "pass_s": wall, "peak_memory_mb": peak,
              "peak_memory_kind": kind} for i in indices]

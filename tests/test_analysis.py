@@ -43,8 +43,10 @@ def test_summary_rows_speedups_and_pareto(campaign_scores):
     code = table.loc["code"]
     assert code.loc["ref", "quality"] == 0.5 and code.loc["slow-good", "quality"] == 0.75
     assert code.loc["archer-k8", "n"] == 4
-    assert code.loc["archer-k8", "mean_time_s"] == pytest.approx(0.5)
+    assert code.loc["archer-k8", "job_time_s"] == pytest.approx(0.5)
+    # without timing files: a ratio of the jobs' times, and no speed figure claims more
     assert code.loc["archer-k8", "speedup"] == pytest.approx(4.0)
+    assert table[["latency_s", "tps", "ttft_s", "latency_p50_s"]].isna().all().all()
     assert code.loc["slow-good", "speedup"] == pytest.approx(0.5)
     assert code.loc["ref", "speedup"] == 1.0
     assert code.loc["archer-k8", "cached_fraction"] == pytest.approx(24 / 32)
@@ -178,8 +180,9 @@ def test_summary_lists_each_rows_isolation_levels_and_the_report_warns(campaign_
 
 
 def test_measurement_means_and_quality_standard_error(campaign_scores):
-    """mean_tps / mean_ttft_s / mean_generated_length are per-sample means of the generate job's
-    measurements; quality_se is the binomial sqrt(p(1-p)/n) with a Wilson interval around p."""
+    """mean_generated_length is the per-sample mean of the generate job's measurement (its tps
+    and ttft_s are the job's, not a method's speed: not summarized); quality_se is the binomial
+    sqrt(p(1-p)/n) with a Wilson interval around p."""
     import math
 
     scores = campaign_scores.assign(generated_length=[3, 5, 8, 0] * 4 + [4, 4] * 3)
@@ -188,9 +191,8 @@ def test_measurement_means_and_quality_standard_error(campaign_scores):
     table = summary_table(scores, "ref").set_index(["task", "method"])
     assert list(summary_table(scores, "ref").columns) == SUMMARY_COLUMNS
     k8 = table.loc[("code", "archer-k8")]  # times 0.5, 0.5, 1.0, 0.0 (the last: no rate)
-    assert k8["mean_tps"] == pytest.approx((3 / 0.5 + 5 / 0.5 + 8 / 1.0) / 3)
-    assert k8["mean_generated_length"] == 4.0 and k8["mean_ttft_s"] == pytest.approx(0.5 / 4)
-    assert (table["mean_ttft_s"] <= table["mean_time_s"]).all()
+    assert k8["mean_generated_length"] == 4.0
+    assert not {"mean_tps", "mean_ttft_s", "mean_time_s"} & set(table.columns)
     for (task, method), row in table.iterrows():
         p, n = row["quality"], row["n"]
         assert row["quality_se"] == pytest.approx(math.sqrt(p * (1 - p) / n))
@@ -200,7 +202,7 @@ def test_measurement_means_and_quality_standard_error(campaign_scores):
     assert ref["quality_se"] == 0 and ref["quality_ci_high"] == 1 and ref["quality_ci_low"] < 1
     # scores written before the measurements existed: the columns are there, empty
     old = summary_table(campaign_scores, "ref")
-    assert old[["mean_tps", "mean_ttft_s", "mean_generated_length"]].isna().all().all()
+    assert old["mean_generated_length"].isna().all()
 
 
 # ---- uncertainty: quality SE and interval, paired speedups, the front within error ----------------
@@ -229,8 +231,8 @@ def test_quality_standard_error_and_wilson_interval(campaign_scores):
     assert (table["quality"] <= table["quality_ci_high"]).all()
 
 
-def test_paired_speedup_is_the_median_ratio_with_a_bootstrap_interval():
-    from dlmpipe.analysis.speedup import paired_speedups
+def test_paired_speedup_is_the_geometric_mean_ratio_with_a_bootstrap_interval():
+    from dlmpipe.analysis.speedup import timed_measures
 
     ref = [1.0, 2.0, 4.0, 1.5, 3.0, 2.5, 1.2]
     # the method is 2x faster on every sample, except one repeat of one sample that was disturbed
@@ -238,7 +240,7 @@ def test_paired_speedup_is_the_median_ratio_with_a_bootstrap_interval():
     fast[1][3] = 10.0
     slower = [[t * 1.25 for t in ref]] * 3
     timing = timing_of("b", "t", {"ref": [ref] * 3, "fast": fast, "slower": slower})
-    out = paired_speedups(timing, "ref", seed=0).set_index("method")
+    out = timed_measures(timing, "ref", seed=0).set_index("method")
     # medians over repeats drop the outlier; the ratios are paired, so differences between
     # samples (1 s to 4 s here) do not widen the interval at all
     assert out.loc["fast", "speedup"] == pytest.approx(2.0)
@@ -246,26 +248,86 @@ def test_paired_speedup_is_the_median_ratio_with_a_bootstrap_interval():
     assert out.loc["slower", "speedup"] == pytest.approx(0.8)
     assert out.loc["ref", ["speedup", "ci_low", "ci_high"]].tolist() == [1.0, 1.0, 1.0]
     assert (out["samples"] == len(ref)).all()
-    # noisy ratios: the interval holds the median, lies within the ratios, and is reproducible
+    # noisy ratios: the interval holds the estimate, lies within the ratios, and is reproducible
     rng = np.random.default_rng(1)
     noisy = [[t / rng.uniform(1.5, 2.5) for t in ref]]
     again = timing_of("b", "t", {"ref": [ref], "noisy": noisy})
-    a = paired_speedups(again, "ref", seed=3).set_index("method").loc["noisy"]
-    b = paired_speedups(again, "ref", seed=3).set_index("method").loc["noisy"]
+    a = timed_measures(again, "ref", seed=3).set_index("method").loc["noisy"]
+    b = timed_measures(again, "ref", seed=3).set_index("method").loc["noisy"]
     ratios = np.array(ref) / np.array(noisy[0])
-    assert a["speedup"] == pytest.approx(np.median(ratios))
+    assert a["speedup"] == pytest.approx(np.exp(np.log(ratios).mean()))
     assert ratios.min() <= a["ci_low"] < a["speedup"] < a["ci_high"] <= ratios.max()
-    assert a.tolist() == b.tolist()
+    assert a.equals(b)
+
+
+def runs_of(backbone, task, anchor: list[float], runs: dict[str, tuple[float, list[float]]],
+            tokens: int = 32) -> pd.DataFrame:
+    """Timing files of the per-method format: the reference ``ref`` alone on ``anchor`` seconds
+    per sample; each other method's run with the reference slowed by ``drift`` and the method's
+    own times ``times`` (``runs[m] = (drift, times)``), two repeats each, TTFT a tenth."""
+    rows = []
+
+    def add(run, method, times):
+        for r in range(2):
+            for i, t in enumerate(times):
+                rows.append({"backbone": backbone, "task": task, "run": run, "method": method,
+                             "sample_index": i, "repeat": r, "slot": 0, "time_s": t,
+                             "ttft_s": t / 10, "pass": "latency", "token_ids": [1] * tokens})
+    add("ref", "ref", anchor)
+    for m, (drift, times) in runs.items():
+        add(m, "ref", [t * drift for t in anchor])
+        add(m, m, times)
+    return pd.DataFrame(rows)
+
+
+def test_every_speed_figure_is_on_the_reference_runs_clock():
+    """Methods timed in separate runs, one beside a busy neighbour (its reference 1.5x slower
+    than alone): the speedups are the paired ratios, and every latency, TTFT and TPS is on the
+    reference's own run's clock, so the reference's latency over a method's is its speedup."""
+    from dlmpipe.analysis.speedup import timed_measures
+
+    anchor = [1.0, 2.0, 4.0]
+    timing = runs_of("b", "t", anchor, {
+        "fast": (1.5, [t * 1.5 / 2 for t in anchor]),     # 2x, measured on a machine 1.5x slower
+        "mixed": (1.0, [0.5, 1.0, 1.0]),                 # 2x, 2x, 4x on a quiet machine
+        "slow": (0.8, [t * 0.8 * 1.25 for t in anchor])})  # 0.8x while the machine was quicker
+    out = timed_measures(timing, "ref", ["fast"], seed=0).set_index("method")
+    geo = float(np.exp(np.log(anchor).mean()))
+    assert out.loc["fast", "speedup"] == pytest.approx(2.0)
+    assert out.loc["fast", "latency_s"] == pytest.approx(geo / 2)
+    assert out.loc["fast", "latency_measured_s"] == pytest.approx(1.5 * geo / 2)
+    assert out.loc["fast", "reference_drift"] == pytest.approx(1.5)
+    assert out.loc["slow", "reference_drift"] == pytest.approx(0.8)
+    assert out.loc["ref", ["latency_s", "reference_drift", "speedup"]].tolist() == pytest.approx([geo, 1.0, 1.0])
+    for m in out.index:  # one story per row: times, TPS and TTFT agree with the speedup exactly
+        row = out.loc[m]
+        assert out.loc["ref", "latency_s"] / row["latency_s"] == pytest.approx(row["speedup"])
+        assert row["tps"] / out.loc["ref", "tps"] == pytest.approx(row["speedup"])
+        assert row["tps"] == pytest.approx(32 / row["latency_s"])
+        assert out.loc["ref", "ttft_s"] / row["ttft_s"] == pytest.approx(row["speedup"])
+        assert row["ci_low"] <= row["speedup"] <= row["ci_high"]
+    assert out.loc["mixed", "speedup"] == pytest.approx((2 * 2 * 4) ** (1 / 3))
+    assert out.loc["mixed", ["latency_p50_s", "latency_p90_s"]].tolist() == pytest.approx([1.0, 1.0])
+    # against another method: chained through the reference on each sample
+    assert out.loc["slow", "speedup_vs_fast"] == pytest.approx(0.8 / 2.0)
+    assert out.loc["fast", "speedup_vs_fast"] == pytest.approx(1.0)
+    assert out.loc["ref", "latency_s"] / out.loc["fast", "latency_s"] == pytest.approx(
+        out.loc["fast", "speedup"])
 
 
 def test_unpaired_timing_is_refused():
-    from dlmpipe.analysis.speedup import paired_speedups
+    from dlmpipe.analysis.speedup import timed_measures
 
     timing = timing_of("b", "t", {"ref": [[1.0, 2.0, 3.0]], "m": [[1.0, 2.0]]})
-    with pytest.raises(ValueError, match="lack some of the timed samples"):
-        paired_speedups(timing, "ref")
+    with pytest.raises(ValueError, match="lack some of each other's timed samples"):
+        timed_measures(timing, "ref")
     with pytest.raises(ValueError, match="no method 'saber'"):
-        paired_speedups(timing, "saber")
+        timed_measures(timing, "saber")
+    # a method's run without the reference in it cannot be paired
+    runs = runs_of("b", "t", [1.0, 2.0], {"m": (1.0, [0.5, 1.0])})
+    lonely = runs[~((runs["run"] == "m") & (runs["method"] == "ref"))]
+    with pytest.raises(ValueError, match="b/t/m has no run of the reference 'ref'"):
+        timed_measures(lonely, "ref")
 
 
 def test_summary_speedups_come_from_the_timing_stage(campaign_scores):
@@ -277,7 +339,8 @@ def test_summary_speedups_come_from_the_timing_stage(campaign_scores):
     ])
     table = summary_table(campaign_scores, "ref", ["slow-good"], timing=timing).set_index(["task", "method"])
     assert table.loc[("code", "archer-k8"), "speedup"] == pytest.approx(1.6)
-    assert table.loc[("code", "archer-k8"), "mean_time_s"] == pytest.approx(0.5)  # the jobs' own
+    assert table.loc[("code", "archer-k8"), "job_time_s"] == pytest.approx(0.5)  # the jobs' own
+    assert table.loc[("code", "archer-k8"), "latency_s"] == pytest.approx(3 ** (1 / 3) / 1.6)
     assert table.loc[("code", "slow-good"), ["speedup", "speedup_ci_low", "speedup_ci_high"]].tolist() \
         == pytest.approx([0.5, 0.5, 0.5])
     assert table.loc[("code", "archer-k8"), "speedup_vs_slow-good"] == pytest.approx(3.2)
@@ -438,7 +501,7 @@ def test_summarize_warns_of_mixed_environments(tmp_path, campaign_scores, capsys
 def test_throughput_latency_percentiles_and_peak_memory_from_the_timing_stage():
     """The timing stage's batched pass gives throughput and its batch size; the batch-1 rows the
     p50/p90 latency (each sample's median over repeats) and speedups, unaffected by the pass."""
-    from dlmpipe.analysis.speedup import paired_speedups
+    from dlmpipe.analysis.speedup import timed_measures
     from dlmpipe.analysis.summary import throughput
 
     lat = timing_of("toy", "code", {"ref": [[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]],
@@ -452,11 +515,12 @@ def test_throughput_latency_percentiles_and_peak_memory_from_the_timing_stage():
                             for m, wall, mem in (("ref", 2.0, 300.0), ("fast", 0.5, 400.0)) for i in range(4)])
     timing = pd.concat([lat, batched], ignore_index=True)
     out = throughput(timing).set_index("method")
+    measured = timed_measures(timing, "ref").set_index("method")
     assert out.loc["ref", "batch_size"] == 4
     assert out.loc["ref", "throughput_tps"] == pytest.approx(4 * 8 / 2.0)
     assert out.loc["fast", "throughput_sps"] == pytest.approx(4 / 0.5)
-    assert out.loc["ref", "latency_p50_s"] == pytest.approx(2.5)
-    assert out.loc["ref", "latency_p90_s"] == pytest.approx(3.7)
+    assert measured.loc["ref", "latency_p50_s"] == pytest.approx(2.5)
+    assert measured.loc["ref", "latency_p90_s"] == pytest.approx(3.7)
     assert out.loc["fast", "peak_memory_mb_b1"] == 120.0 and out.loc["fast", "peak_memory_mb_batch"] == 400.0
     # speedups read only the batch-1 rows (the pass's 0.9 s everywhere would make them 1.0)
-    assert paired_speedups(timing, "ref").set_index("method").loc["fast", "speedup"] == pytest.approx(2.0)
+    assert measured.loc["fast", "speedup"] == pytest.approx(2.0)

@@ -70,7 +70,7 @@ def slurm_gpu_flags(resources: dict) -> str:
 
 # ---- the profile, without a cluster -------------------------------------------------------------
 # The rules that run the model (common.smk's model_job_resources): each asks for the GPU partition.
-MODEL_RULES = {"generate", "time_methods", "shadow_probe", "intervention", "drift_profile"}
+MODEL_RULES = {"generate", "time_method", "shadow_probe", "intervention", "drift_profile"}
 
 
 def test_profile_dry_runs_the_default_campaign_with_gpus_on_model_jobs(tmp_path, monkeypatch):
@@ -278,8 +278,7 @@ def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, tmp_path, tin
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", log)
     campaign = Campaign(yaml.safe_load(config.read_text()))
     decoding = len(campaign.backbones) * len(campaign.tasks) * len(campaign.methods)
-    timing = len(campaign.backbones) * len(campaign.tasks)
-    assert len(submitted) == 1 + 2 * decoding + timing, log[-3000:]  # train_toy, generate, score, time_methods
+    assert len(submitted) == 1 + 3 * decoding, log[-3000:]  # train_toy, generate, score, time_method
     assert re.search(r"^localrule (prepare_task|summarize|plot):", log, re.M)
     assert not re.search(r"^rule (prepare_task|prepare_backbone|summarize|plot):", log, re.M)
 

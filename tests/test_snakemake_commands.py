@@ -28,7 +28,7 @@ COMMANDS = {"dag": ["--dag"], "rulegraph": ["--rulegraph"], "summary": ["--summa
             "list-rules": ["--list-rules"], "lint": ["--lint"], "report": ["--report", "report.html"],
             "dry-run": ["-n"]}
 RULES = {"all", "train_toy", "prepare_backbone", "svd", "prepare_task", "generate", "score",
-         "time_methods", "summarize", "plot", "plot_sweeps", "tables",  # merge_generations: only with shards > 1
+         "time_method", "summarize", "plot", "plot_sweeps", "tables",  # merge_generations: only with shards > 1
          # the analyses (docs/ANALYSES.md), defined whether or not the campaign names any
          "shadow_probe", "shadow_analysis", "intervention", "score_branch",
          "intervention_analysis", "drift_profile", "drift_analysis"}

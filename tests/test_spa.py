@@ -283,8 +283,8 @@ def test_svd_rule_runs_once_per_backbone_and_not_for_spa_parameter_changes(tmp_p
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = dict(zip([*changes, "backbone"], pool.map(rerun, [*changes, "backbone"])))
-    # the SPA method's decoding only; the timing stage times every method together, so it reruns
-    spa_only = {("generate", "spa"), ("score", "spa"), ("time_methods", None), ("summarize", None),
+    # the SPA method's decoding and timing only
+    spa_only = {("generate", "spa"), ("score", "spa"), ("time_method", "spa"), ("summarize", None),
                 ("plot", None), ("plot_sweeps", None), ("tables", None)}
     assert results["rank"] == results["budget"] == spa_only
     assert ("svd", None) in results["backbone"] and ("generate", "spa-value") in results["backbone"]

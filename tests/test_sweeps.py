@@ -48,7 +48,7 @@ def _summary(with_tps: bool) -> pd.DataFrame:
                         ("archer-kinf", 0.4, 3.0), ("other", 0.3, 1.5)):
             rows.append({"backbone": "toy", "task": task, "method": m, "quality": q, "n": 20,
                          "quality_se": (q * (1 - q) / 20) ** 0.5, "speedup": s,
-                         "mean_tps": 10 * s if with_tps else float("nan"),
+                         "tps": 10 * s if with_tps else float("nan"),
                          "reference": "ref", "quality_plus": float("nan")})
     return pd.DataFrame(rows)
 

@@ -18,7 +18,7 @@ TIME = {"llada-confidence": 8.0, "saber": 4.0, "archer-k8": 2.0, "archer-k10": 1
         "archer-k11": 1.0, "spa-r128": 4.0}
 QUALITY = {"llada-confidence": 0.40, "saber": 0.42, "archer-k8": 0.44, "archer-k10": 0.46,
            "archer-k11": 0.48, "spa-r128": 0.40}
-TOKENS = 100  # every sample generates 100 tokens: mean_tps = 100 / mean_time_s
+TOKENS = 100  # every sample generates 100 tokens: tps = 100 / latency_s
 
 
 def hand_summary(intervals: bool = False) -> pd.DataFrame:
@@ -31,8 +31,8 @@ def hand_summary(intervals: bool = False) -> pd.DataFrame:
                 rows.append({
                     "backbone": b, "task": t, "method": m, "quality": q, "n": 100,
                     "quality_se": math.sqrt(q * (1 - q) / 100),
-                    "mean_time_s": TIME[m] * slow, "mean_tps": TOKENS / (TIME[m] * slow),
-                    "mean_ttft_s": 0.028 * slow, "reference": "llada-confidence",
+                    "latency_s": TIME[m] * slow, "tps": TOKENS / (TIME[m] * slow),
+                    "ttft_s": 0.028 * slow, "reference": "llada-confidence",
                     "speedup": 8.0 / TIME[m], "speedup_vs_saber": 4.0 / TIME[m],
                     # extended tests on the two EvalPlus-style tasks only, 10 points below base
                     "quality_plus": q - 0.1 if t != "livecodebench" else math.nan})
@@ -56,7 +56,7 @@ def test_archer_table_operating_points_extended_tests_and_overall():
     assert row["livecodebench base (%)"] == pytest.approx(46)
     assert "livecodebench ET (%)" not in numbers.columns  # no extended tests there
     assert row["humaneval base (%)"] == pytest.approx(44) and row["humaneval ET (%)"] == pytest.approx(34)
-    assert row["mbpp time (s)"] == 1.0 and row["livecodebench time (s)"] == 1.6
+    assert row["mbpp latency (s)"] == 1.0 and row["livecodebench latency (s)"] == 1.6
     assert row["mbpp speedup vs llada-confidence (x)"] == 8.0
     assert row["livecodebench speedup vs saber (x)"] == pytest.approx(2.5)
     # Overall: the mean of the five quality scores and of the three speedups
@@ -64,7 +64,7 @@ def test_archer_table_operating_points_extended_tests_and_overall():
     assert row["overall speedup vs llada-confidence (x)"] == pytest.approx((8 + 5 + 4) / 3)
     assert row["overall speedup vs saber (x)"] == pytest.approx((4 + 2.5 + 2) / 3)
     ref = numbers.set_index(["backbone", "method"]).loc[("dream", "llada-confidence")]
-    assert ref["overall speedup vs llada-confidence (x)"] == 1.0 and ref["mbpp time (s)"] == 16.0
+    assert ref["overall speedup vs llada-confidence (x)"] == 1.0 and ref["mbpp latency (s)"] == 16.0
     assert notes == [f"archer on {b}: mbpp: archer-k11, livecodebench: archer-k10, "
                      "humaneval: archer-k8" for b in BACKBONES]
     shown = display_frame(numbers, "archer").set_index(["backbone", "method"])
@@ -78,7 +78,7 @@ def test_archer_table_without_points_lists_every_sweep_point():
     assert numbers["method"].tolist() == list(ORIGIN) and set(numbers["backbone"]) == {"dream"}
     assert notes == [] and "mbpp base (%)" not in numbers.columns
     k10 = numbers.set_index("method").loc["archer-k10"]
-    assert k10["humaneval time (s)"] == pytest.approx(3.2)
+    assert k10["humaneval latency (s)"] == pytest.approx(3.2)
     assert k10["overall quality (%)"] == pytest.approx((56 + 46) / 2)
 
 
@@ -90,8 +90,8 @@ def test_per_backbone_points_and_speedup_choice():
                                  "humaneval": "archer-k8"}}
     numbers, notes = archer_table(hand_summary(), spec, ORIGIN, BACKBONES, TASKS)
     rows = numbers.set_index(["backbone", "method"])
-    assert rows.loc[("dream", "archer"), "mbpp time (s)"] == pytest.approx(3.2)
-    assert rows.loc[("llada", "archer"), "mbpp time (s)"] == 1.0
+    assert rows.loc[("dream", "archer"), "mbpp latency (s)"] == pytest.approx(3.2)
+    assert rows.loc[("llada", "archer"), "mbpp latency (s)"] == 1.0
     assert not any("llada-confidence" in c for c in numbers.columns)
     assert rows.loc[("dream", "archer"), "overall speedup vs saber (x)"] == pytest.approx((2.5 + 2) / 2)
     assert notes[1] == "archer on dream: mbpp: archer-k10, humaneval: archer-k8"
@@ -131,7 +131,7 @@ def test_spa_table_tps_ttft_and_accuracy_with_standard_error():
 
 
 def test_spa_table_shows_throughput_and_batch_size_when_the_summary_has_them():
-    summary = hand_summary().assign(throughput_tps=lambda d: 8 * d["mean_tps"], batch_size=8)
+    summary = hand_summary().assign(throughput_tps=lambda d: 8 * d["tps"], batch_size=8)
     spec = {"style": "spa", "methods": ["llada-confidence", "archer-k11"], "tasks": ["humaneval"]}
     numbers, _ = spa_table(summary, spec, ORIGIN, BACKBONES, TASKS)
     row = numbers.set_index("method").loc["archer-k11"]
@@ -242,10 +242,10 @@ def test_methods_that_do_not_run_everywhere_show_dashes_and_skip_empty_rows():
 REPORTED = {  # row -> column -> the "paper's" value, chosen against hand_summary's numbers
     "llada": {"archer": {"mbpp base (%)": 47.0,           # measured 48: +1.00, within 2 points
                          "humaneval ET (%)": 37.5,         # measured 34: -3.50, outside
-                         "mbpp time (s)": 1.1,             # measured 1.0: -0.10, within 20%
+                         "mbpp latency (s)": 1.1,             # measured 1.0: -0.10, within 20%
                          "mbpp speedup vs saber (x)": 3.0,  # measured 4.0: +1.00, outside 15%
                          "overall quality (%)": 42.5},     # measured 42: -0.50, within
-              "saber": {"livecodebench time (s)": 4.0}},  # measured 4.0: 0, within
+              "saber": {"livecodebench latency (s)": 4.0}},  # measured 4.0: 0, within
     "dream": {"archer": {"mbpp": {"base (%)": 58.0}}},     # nested column; measured 58: within
 }
 TOLERANCE = {"%": {"absolute": 2}, "s": {"relative": 0.2}, "x": {"relative": 0.15}}
@@ -262,13 +262,13 @@ def test_reported_cells_get_their_difference_and_a_flag_beyond_the_tolerance():
     rows = numbers.set_index(["backbone", "method"])
     archer = rows.loc[("llada", "archer")]
     expect = {"mbpp base (%)": (47.0, 1.0, False), "humaneval ET (%)": (37.5, -3.5, True),
-              "mbpp time (s)": (1.1, -0.1, False), "mbpp speedup vs saber (x)": (3.0, 1.0, True),
+              "mbpp latency (s)": (1.1, -0.1, False), "mbpp speedup vs saber (x)": (3.0, 1.0, True),
               "overall quality (%)": (42.5, -0.5, False)}
     for col, (rep, diff, flag) in expect.items():
         assert archer[f"{col} reported"] == rep and archer[f"{col} diff"] == pytest.approx(diff), col
         assert archer[f"{col} flag"] is flag, col
     assert rows.loc[("dream", "archer"), "mbpp base (%) flag"] is False
-    assert rows.loc[("llada", "saber"), "livecodebench time (s) diff"] == 0
+    assert rows.loc[("llada", "saber"), "livecodebench latency (s) diff"] == 0
     # rows without a reported value in a reported column: empty, not flagged
     assert math.isnan(rows.loc[("dream", "saber"), "mbpp base (%) reported"])
     assert rows.loc[("dream", "saber"), "mbpp base (%) flag"] is None
@@ -338,7 +338,7 @@ def test_spa_tables_show_reported_tps_ratio_and_accuracy(tmp_path):
     ({"reported": {"llada": {"archer": {"mbpp": {"speedup vs dkv (x)": 2}}}}},
      r"reported.llada.archer.mbpp speedup vs dkv \(x\): .* is not a column"),
     ({"tolerance": {"%": {"absolute": 2}}},
-     r"tables.t.reported.llada.archer.mbpp time \(s\): no tolerance for this column; give "
+     r"tables.t.reported.llada.archer.mbpp latency \(s\): no tolerance for this column; give "
      r"tables.t.tolerance.s"),
     ({"tolerance": {**TOLERANCE, "secs": {"relative": 0.1}}},
      r"tables.t.tolerance.secs: neither a unit"),

@@ -107,54 +107,63 @@ def set_in(path: str, value):
 
 CHANGES = {
     # one method's parameter: that method's generate/score jobs, then summary and plots
+    # (the reference's: every method's timing, each paired with it)
     "method-param": (set_in("methods/llada-confidence/sampler/steps", 4),
-                     decoding_jobs(["toy"], TASKS, ["llada-confidence"]) | timing_jobs(["toy"], TASKS)
-                     | REPORT_JOBS),
-    # a new method: only its jobs (and the timing, which times every method together)
+                     decoding_jobs(["toy"], TASKS, ["llada-confidence"])
+                     | timing_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
+    # another method's parameter: that method's jobs and its timing only
+    "other-method-param": (set_in("methods/archer/sweep/cache.K", [1, 64]),
+                           decoding_jobs(["toy"], TASKS, ["archer-k64"])
+                           | timing_jobs(["toy"], TASKS, ["archer-k64"]) | REPORT_JOBS),
+    # a new method: only its jobs, its timing (paired with the reference) included
     "new-method": (set_in("methods/saber", {"sampler": {"name": "saber"}, "cache": {"name": "none"}}),
-                   decoding_jobs(["toy"], TASKS, ["saber"]) | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+                   decoding_jobs(["toy"], TASKS, ["saber"]) | timing_jobs(["toy"], TASKS, ["saber"])
+                   | REPORT_JOBS),
     # a new sweep point: only its jobs, not the sweep's other points
     "new-sweep-point": (set_in("methods/archer/sweep/cache.K", [1, 2, "inf"]),
-                        decoding_jobs(["toy"], TASKS, ["archer-k2"]) | timing_jobs(["toy"], TASKS)
-                        | REPORT_JOBS),
+                        decoding_jobs(["toy"], TASKS, ["archer-k2"])
+                        | timing_jobs(["toy"], TASKS, ["archer-k2"]) | REPORT_JOBS),
     # a parameter shared by a sweep's points: all of them
     "sweep-param": (set_in("methods/archer/sampler/n", 3),
                     decoding_jobs(["toy"], TASKS, ["archer-k1", "archer-kinf"])
-                    | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+                    | timing_jobs(["toy"], TASKS, ["archer-k1", "archer-kinf"]) | REPORT_JOBS),
     # the generation length is a decoding parameter, not a loader option: tasks are not rebuilt
     "gen-length": (set_in("tasks/toy_arith/gen_length", 4),
-                   decoding_jobs(["toy"], ["toy_arith"], METHODS) | timing_jobs(["toy"], ["toy_arith"])
-                   | REPORT_JOBS),
+                   decoding_jobs(["toy"], ["toy_arith"], METHODS)
+                   | timing_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
     # a method's own gen_length (overriding the tasks' 8) reruns exactly that method's jobs ...
     "method-gen-length": (set_in("methods/llada-confidence/gen_length", 4),
                           decoding_jobs(["toy"], TASKS, ["llada-confidence"])
-                          | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+                          | timing_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
     # ... and one equal to the tasks' changes no job's effective length: nothing
     "method-gen-length-same": (set_in("methods/llada-confidence/gen_length", 8), set()),
     # a task alias: a registered benchmark under another name is a new task, nothing else reruns
     "task-alias": (set_in("tasks/code-2", {"benchmark": "toy_code", "n": 2, "gen_length": 8}),
                    {("prepare_task", None, "code-2", None)}
-                   | decoding_jobs(["toy"], ["code-2"], METHODS) | timing_jobs(["toy"], ["code-2"])
+                   | decoding_jobs(["toy"], ["code-2"], METHODS) | timing_jobs(["toy"], ["code-2"], METHODS)
                    | REPORT_JOBS),
     # the benchmark a task loads is a param of its preparation; naming the default changes nothing
     "task-benchmark": (set_in("tasks/toy_arith/benchmark", "toy_code"),
                        {("prepare_task", None, "toy_arith", None)}
                        | decoding_jobs(["toy"], ["toy_arith"], METHODS)
-                       | timing_jobs(["toy"], ["toy_arith"]) | REPORT_JOBS),
+                       | timing_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
     "task-benchmark-default": (set_in("tasks/toy_arith/benchmark", "toy_arith"), set()),
     # a loader option rebuilds the task and everything decoded from it
     "task-loader": (set_in("tasks/toy_arith/n", 2),
                     {("prepare_task", None, "toy_arith", None)}
-                    | decoding_jobs(["toy"], ["toy_arith"], METHODS) | timing_jobs(["toy"], ["toy_arith"])
-                    | REPORT_JOBS),
+                    | decoding_jobs(["toy"], ["toy_arith"], METHODS)
+                    | timing_jobs(["toy"], ["toy_arith"], METHODS) | REPORT_JOBS),
     # a training option retrains the toy backbone and redoes everything downstream of it
     "toy-training": (set_in("backbones/toy/toy/steps", 21),
                      {("train_toy", "toy", None, None), ("prepare_backbone", "toy", None, None)}
-                     | decoding_jobs(["toy"], TASKS, METHODS) | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
-    # the speedup reference only changes the summary and the plots (timing records raw times)
-    "reference": (set_in("reference_method", "archer-k1"), REPORT_JOBS),
-    # the timing stage's own settings re-time every (backbone, task), and nothing decodes again
-    "timing": (set_in("timing", {"samples": 2, "repeats": 1}), timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+                     | decoding_jobs(["toy"], TASKS, METHODS) | timing_jobs(["toy"], TASKS, METHODS)
+                     | REPORT_JOBS),
+    # another speedup reference re-times every method (each is paired with it), decodes nothing
+    "reference": (set_in("reference_method", "archer-k1"),
+                  timing_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
+    # the timing stage's own settings re-time every method, and nothing decodes again
+    "timing": (set_in("timing", {"samples": 2, "repeats": 1}),
+               timing_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
     # a paper table's layout only rewrites the tables
     "table": (set_in("tables", {"archer": {"style": "archer", "methods": ["archer"],
                                            "extended_label": "ET"}, "spa": {"style": "spa"}}),
@@ -167,12 +176,13 @@ CHANGES = {
     # how fixed-shape steps run changes the times (and with torch_compile possibly the last
     # bits): every generate job and the timing, then what reads them
     "compile": (set_in("compile", "torch_compile"), decoding_jobs(["toy"], TASKS, METHODS)
-                | timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+                | timing_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
     # the batch size is a scheduling setting for the generate jobs (the same tokens at any size),
     # but the timing stage's throughput pass runs at it: that re-times, nothing decodes again
-    "batch-size": (set_in("batch_size", 3), timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+    "batch-size": (set_in("batch_size", 3), timing_jobs(["toy"], TASKS, METHODS) | REPORT_JOBS),
+    # one method's: its own throughput pass only (the reference is timed at batch 1 elsewhere)
     "method-batch-size": (set_in("methods/llada-confidence/batch_size", 2),
-                          timing_jobs(["toy"], TASKS) | REPORT_JOBS),
+                          timing_jobs(["toy"], TASKS, ["llada-confidence"]) | REPORT_JOBS),
     "batch-size-default": (set_in("batch_size", "auto"), set()),
     # scheduling settings never rerun anything
     "resources": (set_in("resources", {"score": {"threads": 2}, "generate": {"mem_mb": 1000}}), set()),

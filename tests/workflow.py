@@ -23,10 +23,10 @@ def decoding_jobs(backbones, tasks, methods) -> set[tuple]:
             for b in backbones for t in tasks for m in methods}
 
 
-def timing_jobs(backbones, tasks) -> set[tuple]:
-    """The timing stage times every method of a (backbone, task) in one job, so a change to any
-    method, or to what they decode, re-times that (backbone, task)."""
-    return {("time_methods", b, t, None) for b in backbones for t in tasks}
+def timing_jobs(backbones, tasks, methods) -> set[tuple]:
+    """The timing stage times each method (paired with the reference) in its own job, so a
+    change to one method re-times that method only."""
+    return {("time_method", b, t, m) for b in backbones for t in tasks for m in methods}
 
 
 REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None),
@@ -88,7 +88,7 @@ def expected_counts(campaign) -> dict[str, int]:
     counts = {"prepare_backbone": b,
               "prepare_task": t, "generate": decoded, "score": decoded, "summarize": 1,
               "plot": 1, "plot_sweeps": 1, "all": 1,
-              "time_methods": b * t}  # every method timed together, per (backbone, task)
+              "time_method": decoded}  # each method timed against the reference, per (b, t)
     if campaign.config["tables"]:
         counts["tables"] = 1  # every paper table of the campaign, one local job
     # one SVD per backbone that an SPA method (singular proxy) decodes or a drift profile reads

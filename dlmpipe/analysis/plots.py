@@ -122,8 +122,8 @@ def pareto_figure(part: pd.DataFrame, backbone: str, task: str):
     xs, ys = front_steps(part["quality"].tolist(), part["speedup"].tolist())
     ax.step(xs, ys, where="pre", color="tab:blue", linewidth=1.3, zorder=3, label="Pareto front (estimates)")
     timed = "timed" if part["speedup_ci_low"].notna().all() else "mean time"
-    ax.set_xlabel(f"speedup over {reference} (paired median, 95% CI; log scale)" if timed == "timed"
-                  else f"speedup over {reference} (mean time per sample; log scale)")
+    ax.set_xlabel(f"speedup over {reference} (timing stage: paired geometric mean, 95% CI; log scale)" if timed == "timed"
+                  else f"speedup over {reference} (generate jobs' mean times, untimed; log scale)")
     ax.set_ylabel("quality (mean score ± SE)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_title(f"{backbone} / {task}  (n = {int(part['n'].max())} per method)")

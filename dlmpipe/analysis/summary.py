@@ -1,9 +1,11 @@
 """The summary table: one row per (backbone, task, method), columns per docs/ARCHITECTURE.md.
 
-Speedup is measured against a named reference method on the same backbone and task (the
-papers' convention): from the timing stage's paired, interleaved measurements when they are
-given (median per-sample ratio with a bootstrap interval, ``speedup.py``), else as the ratio of
-the generate jobs' mean times (no interval). Quality carries its binomial standard error and a
+Every speed figure (speedup against a named reference method on the same backbone and task,
+latency, TPS, TTFT, percentiles, throughput) comes from the timing stage's paired, interleaved
+measurements, on one clock (``speedup.py``), so the times of a row and its speedup agree. The
+generate jobs' own times are their cost (``job_time_s``, decoded in batches beside other jobs),
+never a method's speed; summarized without timing files (a quick look outside the workflow) the
+speedup is the ratio of those job times, without an interval, and the speed columns are empty. Quality carries its binomial standard error and a
 95% Wilson interval. The Pareto flag is computed within each (backbone, task) on the point
 estimates; ``overlaps_front`` marks the other methods whose error bars reach the front.
 Every row names the environment (dlmpipe/environment.py) its numbers come from: speedups whose
@@ -25,23 +27,24 @@ from ..environment import FIELDS as ENVIRONMENT_FIELDS
 from ..io import atomic_write
 from .isolation import isolation_levels
 from .pareto import pareto_mask, reaches_front
-from .speedup import paired_speedups, timing_fingerprints
+from .speedup import SPEED_COLUMNS, timed_measures, timing_fingerprints
 
 KEYS = ["backbone", "task", "method"]
 Z95 = 1.959963984540054  # standard normal quantile of 0.975
 SUMMARY_COLUMNS = KEYS + ["quality", "quality_se", "quality_ci_low", "quality_ci_high", "n",
-                          "mean_time_s", "mean_tps", "mean_ttft_s",
-                          "mean_generated_length", "mean_nfe", "mean_steps",
+                          "job_time_s", "mean_generated_length", "mean_nfe", "mean_steps",
                           "mean_refreshes", "cached_fraction", "mean_recompute_fraction",
                           "mean_revisions", "speedup", "speedup_ci_low", "speedup_ci_high",
-                          "timed_samples", "reference", "pareto", "overlaps_front",
+                          "timed_samples", "reference",
+                          # the timing stage's, on the reference run's clock (speedup.py)
+                          *SPEED_COLUMNS, "pareto", "overlaps_front",
                           # the environment (dlmpipe/environment.py) of the generation rows the
                           # quality comes from, the one the speedup was timed in, and a warning
                           # where the generation rows mix environments (empty: none)
                           *ENVIRONMENT_COLUMNS, "timing_fingerprint", "fingerprint_warning"]
-# per-sample measurements of the generate job (docs/METHODS.md §3); scores written before they
-# existed lack them, and their means are then empty
-MEASUREMENTS = {"tps": "mean_tps", "ttft_s": "mean_ttft_s", "generated_length": "mean_generated_length"}
+# per-sample measurements of the generate job that are not times (docs/METHODS.md §3); scores
+# written before they existed lack them, and their means are then empty
+MEASUREMENTS = {"generated_length": "mean_generated_length"}
 OPTIONAL = [*MEASUREMENTS,
             "plus_passed",  # extended (EvalPlus "+", ET) tests, where the task has them
             "stats",  # per-sample statistics (JSON): mean_recompute_fraction reads them
@@ -93,9 +96,8 @@ def quality_uncertainty(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def measurement_means(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per (backbone, task, method) the mean over samples of each per-sample measurement:
-    ``mean_tps`` (the SPA-Cache paper's "average TPS"), ``mean_ttft_s`` and
-    ``mean_generated_length``; NaN where the scores lack the measurement."""
+    """Per (backbone, task, method) the mean over samples of each per-sample measurement
+    (``mean_generated_length``); NaN where the scores lack it."""
     g = scores.assign(**{c: scores[c] if c in scores.columns else math.nan for c in MEASUREMENTS}
                       ).groupby(KEYS, sort=False)
     return pd.DataFrame({mean: g[c].mean() for c, mean in MEASUREMENTS.items()}).reset_index()
@@ -155,9 +157,10 @@ def check_untimed_environments(scores: pd.DataFrame, reference: str) -> None:
 
 def timed_speedups(table: pd.DataFrame, timing: pd.DataFrame, reference: str,
                    also_against: list[str] = (), seed: int = 0) -> pd.DataFrame:
-    """Speedup columns from the timing stage: ``speedup`` (+ ``_ci_low``/``_ci_high``) over
-    the reference and ``speedup_vs_<other>`` (+ interval) for each of ``also_against``; every
-    summarized method must have been timed."""
+    """The speed columns from the timing stage (``speedup.timed_measures``): ``speedup`` (+
+    ``_ci_low``/``_ci_high``) over the reference, ``speedup_vs_<other>`` (+ interval) for each of
+    ``also_against``, latency, TPS, TTFT and percentiles; every summarized method must have
+    been timed."""
     fingerprints = timing_fingerprints(timing)  # raises where a (backbone, task) mixes them
     timed = timing[["backbone", "task", "method"]].drop_duplicates()
     lacking = table[KEYS].merge(timed, on=KEYS, how="left", indicator=True)
@@ -165,43 +168,33 @@ def timed_speedups(table: pd.DataFrame, timing: pd.DataFrame, reference: str,
     if len(lacking):
         names = ", ".join("/".join(r) for r in lacking[KEYS].itertuples(index=False))
         raise ValueError(f"no timing for {names}; the timing stage must time every method")
-    for other, col in [(reference, "speedup"), *((o, f"speedup_vs_{o}") for o in also_against)]:
-        # the reference is needed everywhere; another method only where it was timed
-        paired = paired_speedups(timing, other, seed=seed, required=other == reference).rename(columns={
-            "speedup": col, "ci_low": f"{col}_ci_low", "ci_high": f"{col}_ci_high",
-            "samples": "timed_samples"})
-        if other != reference:
-            paired = paired.drop(columns="timed_samples")
-        table = table.drop(columns=[c for c in (col, f"{col}_ci_low", f"{col}_ci_high")
-                                    if c in table.columns])
-        table = table.merge(paired, on=KEYS, how="left")
-    return table.merge(fingerprints, on=KEYS, how="left")
+    measured = timed_measures(timing, reference, also_against, seed).rename(columns={
+        "ci_low": "speedup_ci_low", "ci_high": "speedup_ci_high", "samples": "timed_samples"})
+    table = table.drop(columns=[c for c in measured.columns if c in table.columns and c not in KEYS])
+    return table.merge(measured, on=KEYS, how="left").merge(fingerprints, on=KEYS, how="left")
 
 
 #: from the timing stage's rows (dlmpipe/timing.py), appended after the speedups when present
-THROUGHPUT_COLUMNS = ["batch_size", "throughput_tps", "throughput_sps", "latency_p50_s",
-                      "latency_p90_s", "peak_memory_mb_b1", "peak_memory_mb_batch"]
+THROUGHPUT_COLUMNS = ["batch_size", "throughput_tps", "throughput_sps", "peak_memory_mb_b1",
+                      "peak_memory_mb_batch"]
 
 
 def throughput(timing: pd.DataFrame) -> pd.DataFrame | None:
     """Per (backbone, task, method): the throughput pass's batch size, response tokens (G per
-    sample) and samples per second of its wall time; p50/p90 of the batch-1 per-sample latency
-    (each sample's median over repeats); peak memory at batch 1 and at the batch size. None for
-    timing files without the pass (older format)."""
+    sample) and samples per second of its wall time (in the method's own run; a batched pass
+    has no paired reference, so these are the run's own clock); peak memory at batch 1 and at
+    the batch size. None for timing files without the pass (older format)."""
     if "pass" not in timing.columns:
         return None
     rows = []
     for key, g in timing.groupby(KEYS, sort=False):
         lat, thr = g[g["pass"] == "latency"], g[g["pass"] == "throughput"]
-        per_sample = lat.groupby("sample_index")["time_s"].median()
         wall = thr["pass_s"].iloc[0] if len(thr) else math.nan
         tokens = thr["token_ids"].map(len).sum() if len(thr) else 0
         rows.append(dict(zip(KEYS, key)) | {
             "batch_size": int(thr["batch_size"].iloc[0]) if len(thr) else pd.NA,
             "throughput_tps": tokens / wall if len(thr) else math.nan,
             "throughput_sps": len(thr) / wall if len(thr) else math.nan,
-            "latency_p50_s": float(per_sample.quantile(0.5)) if len(per_sample) else math.nan,
-            "latency_p90_s": float(per_sample.quantile(0.9)) if len(per_sample) else math.nan,
             "peak_memory_mb_b1": float(lat["peak_memory_mb"].max()) if len(lat) else math.nan,
             "peak_memory_mb_batch": float(thr["peak_memory_mb"].max()) if len(thr) else math.nan})
     out = pd.DataFrame(rows, columns=KEYS + THROUGHPUT_COLUMNS)
@@ -241,7 +234,7 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     table = pd.DataFrame({
         "quality": g["score"].mean(),
         "n": g["score"].size(),
-        "mean_time_s": g["time_s"].mean(),
+        "job_time_s": g["time_s"].mean(),  # the generate job's cost per sample, not a speed
         "mean_nfe": g["nfe"].mean(),
         "mean_steps": g["steps"].mean(),
         "mean_refreshes": g["refreshes"].mean(),
@@ -252,17 +245,18 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     if "plus_passed" in scores.columns:  # quality on the extended tests (HumanEval+, MBPP+, ET)
         plus = scores.assign(plus=scores["plus_passed"].astype("float")).groupby(KEYS, sort=False)["plus"].mean()
         table = table.merge(plus.rename("quality_plus").reset_index(), on=KEYS, how="left")
-    ref = table.loc[table["method"] == reference, ["backbone", "task", "mean_time_s"]]
+    ref = table.loc[table["method"] == reference, ["backbone", "task", "job_time_s"]]
     lacking = (table[["backbone", "task"]].drop_duplicates()
                .merge(ref, on=["backbone", "task"], how="left"))
-    lacking = lacking[lacking["mean_time_s"].isna()]
+    lacking = lacking[lacking["job_time_s"].isna()]
     if len(lacking):
         pairs = ", ".join(f"{b}/{t}" for b, t in lacking[["backbone", "task"]].itertuples(index=False))
         raise ValueError(f"reference method {reference!r} has no scores for {pairs}; "
                          f"speedups need it on every backbone and task")
-    table = table.merge(ref.rename(columns={"mean_time_s": "reference_time_s"}),
+    table = table.merge(ref.rename(columns={"job_time_s": "reference_time_s"}),
                         on=["backbone", "task"])
-    table["speedup"] = table["reference_time_s"] / table["mean_time_s"]
+    table["speedup"] = table["reference_time_s"] / table["job_time_s"]
+    table = table.drop(columns="reference_time_s")
     table["reference"] = reference
     extra = ["quality_plus"] if "quality_plus" in table.columns else []
     if "isolation" in scores.columns:  # e.g. "bwrap", "none", "process+landlock+seccomp"
@@ -283,13 +277,13 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     else:
         check_untimed_environments(scores, reference)
         table = table.assign(speedup_ci_low=math.nan, speedup_ci_high=math.nan, timed_samples=0,
-                             timing_fingerprint="")
+                             timing_fingerprint="", **{c: math.nan for c in SPEED_COLUMNS})
         for other in also_against:
             col = f"speedup_vs_{other}"
-            times = table.loc[table["method"] == other, ["backbone", "task", "mean_time_s"]]
-            table = table.merge(times.rename(columns={"mean_time_s": "other_time_s"}),
+            times = table.loc[table["method"] == other, ["backbone", "task", "job_time_s"]]
+            table = table.merge(times.rename(columns={"job_time_s": "other_time_s"}),
                                 on=["backbone", "task"], how="left")
-            table[col] = table["other_time_s"] / table["mean_time_s"]
+            table[col] = table["other_time_s"] / table["job_time_s"]
             table = table.drop(columns="other_time_s")
             extra.append(col)
     table = front_flags(quality_uncertainty(table))

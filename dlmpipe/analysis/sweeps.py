@@ -64,7 +64,7 @@ def plot_sweep(ax_rows, part: pd.DataFrame, base: str, entry: dict) -> None:
     ref = rows.loc[reference] if reference in rows.index else None
     panels = [("quality", "quality (mean score)", "quality_se", None),
               ("speedup", f"speedup over {reference} (x)", None, ("speedup_ci_low", "speedup_ci_high")),
-              ("mean_tps", "tokens per second", None, None)][:len(ax_rows)]
+              ("tps", "tokens per second (timing stage)", None, None)][:len(ax_rows)]
     for ax, (col, ylabel, se, ci) in zip(ax_rows, panels):
         for label, methods in _series(points, keys).items():
             methods = sorted((m for m in methods if m in rows.index), key=where.get)
@@ -111,7 +111,7 @@ def plot_sweeps(summary: str | Path, sweeps: dict[str, dict], out_dir: str | Pat
         for (backbone, task), part in table.groupby(["backbone", "task"], sort=False):
             if not part["method"].isin(list(entry["points"])).any():
                 continue
-            has_tps = "mean_tps" in part.columns and part["mean_tps"].notna().any()
+            has_tps = "tps" in part.columns and part["tps"].notna().any()
             fig, axes = plt.subplots(3 if has_tps else 2, 1, figsize=(6.5, 8 if has_tps else 6),
                                      sharex=True, layout="constrained")
             plot_sweep(list(axes), part, base, entry)

@@ -137,7 +137,7 @@ def table_columns(spec: dict, backbones: list[str], tasks: list[str],
     if spec["style"] == "archer":
         against = spec.get("speedup_against") or speedup_names
         ext = spec.get("extended_label", "+")
-        cols = [c for t in t_tasks for c in (f"{t} base (%)", f"{t} {ext} (%)", f"{t} time (s)",
+        cols = [c for t in t_tasks for c in (f"{t} base (%)", f"{t} {ext} (%)", f"{t} latency (s)",
                                              *(f"{t} speedup vs {a} (x)" for a in against))]
         return cols + ["overall quality (%)", *(f"overall speedup vs {a} (x)" for a in against)]
     against = spec.get("tps_against") or speedup_names[0]

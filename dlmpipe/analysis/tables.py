@@ -6,10 +6,15 @@
   reference method and every ``also_speedup_against`` method, i.e. the summary's ``speedup`` and
   ``speedup_vs_<m>`` columns, with their intervals when the summary has them); then Overall: the
   mean of the row's quality scores and the mean of its speedups over the table's tasks.
-- ``spa`` style (SPA-Cache's Tables 2 to 5): one row per (task, method); per backbone the mean
-  tokens per second with its ratio to the reference method's (or ``tps_against``'s: Dream's own
-  vanilla decoding), the mean time to first token in
-  milliseconds, and accuracy with its binomial standard error (``quality_se``).
+- ``spa`` style (SPA-Cache's Tables 2 to 5): one row per (task, method); per backbone tokens per
+  second with its ratio to the reference method's (or ``tps_against``'s: Dream's own vanilla
+  decoding), the time to first token in milliseconds, and accuracy with its binomial standard
+  error (``quality_se``).
+
+Every time, TPS and speedup comes from the timing stage on one clock (``speedup.py``): batch-1
+latency per problem as the geometric mean over the timed samples, so in every row the reference's
+latency over the row's equals its speedup, and its TPS ratio equals it too where both decode the
+same response length. The generate jobs' times (``job_time_s``) are their cost, not shown here.
 
 Which rows, and which point of a sweep a row shows per task, follow the table's spec
 (``table_spec.py``). The CSV holds the numbers (percent, seconds, milliseconds, ratios); the
@@ -137,7 +142,7 @@ def archer_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], back
                 if extended[t]:
                     line[f"{t} {ext} (%)"] = 100 * s["quality_plus"]
                     quality.append(line[f"{t} {ext} (%)"])
-                line[f"{t} time (s)"] = s["mean_time_s"]
+                line[f"{t} latency (s)"] = s["latency_s"]
                 for a in against:
                     col = _speedup_column(a, reference)
                     label = f"{t} speedup vs {a} (x)"
@@ -172,9 +177,9 @@ def spa_table(summary: pd.DataFrame, spec: dict, origin: dict[str, str], backbon
             for b in backbones:
                 s = where.lookup(idx, b, t, row.methods[(b, t)])
                 _warn(warnings, s, b, t, row.methods[(b, t)])
-                line[f"{b} TPS"] = s["mean_tps"]
-                line[f"{b} TPS vs {against} (x)"] = s["mean_tps"] / where.lookup(idx, b, t, against)["mean_tps"]
-                line[f"{b} TTFT (ms)"] = 1000 * s["mean_ttft_s"]
+                line[f"{b} TPS"] = s["tps"]
+                line[f"{b} TPS vs {against} (x)"] = s["tps"] / where.lookup(idx, b, t, against)["tps"]
+                line[f"{b} TTFT (ms)"] = 1000 * s["ttft_s"]
                 line[f"{b} accuracy (%)"] = 100 * s["quality"]
                 line[f"{b} SE (%)"] = 100 * s["quality_se"]
                 if "throughput_tps" in s.index:  # the timing stage's batched pass
@@ -319,8 +324,16 @@ def display_frame(numbers: pd.DataFrame, style: str) -> pd.DataFrame:
     return pd.DataFrame(shown)
 
 
-TITLES = {"archer": "Archer-style: Pass@1 (%), seconds per problem and speedups per benchmark",
+TITLES = {"archer": "Archer-style: Pass@1 (%), latency per problem (s) and speedups per benchmark",
           "spa": "SPA-style: tokens per second (ratio to the reference), TTFT (ms), accuracy (%) ± SE"}
+#: what every speed figure of a table is (docs/METHODS.md §3), printed under it
+TIMING_NOTE = ("Speed figures come from the timing stage (paired with the reference, alternating, "
+               "batch 1; dlmpipe/analysis/speedup.py): latency and TTFT are geometric means over "
+               "the {samples} timed samples of each sample's median over the repeats, on the "
+               "clock of the reference's own run; TPS is the response length G over that latency; "
+               "speedups are geometric means of the per-sample paired ratios with 95% bootstrap "
+               "intervals [low, high], so the reference's latency over a row's equals its speedup. "
+               "Throughput (where shown): one pass at the batch size, in the method's own run.")
 
 
 ENVIRONMENT_NOTE = (f"{MIXED} Numbers of these rows come from samples decoded in different "
@@ -328,8 +341,10 @@ ENVIRONMENT_NOTE = (f"{MIXED} Numbers of these rows come from samples decoded in
 
 
 def render_markdown(name: str, style: str, shown: pd.DataFrame, notes: list[str],
-                    reproduction: str = "", warnings: list[str] = ()) -> str:
+                    reproduction: str = "", warnings: list[str] = (), timing: str = "") -> str:
     text = f"## {name}\n\n{TITLES[style]}.\n\n{shown.to_markdown(index=False, disable_numparse=True)}\n"
+    if timing:
+        text += f"\n{timing}\n"
     if reproduction:
         text += f"\n{reproduction}\n"
     if notes:
@@ -340,7 +355,7 @@ def render_markdown(name: str, style: str, shown: pd.DataFrame, notes: list[str]
 
 
 def render_html(name: str, style: str, shown: pd.DataFrame, notes: list[str],
-                reproduction: str = "", warnings: list[str] = ()) -> str:
+                reproduction: str = "", warnings: list[str] = (), timing: str = "") -> str:
     def items(lines):
         return "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in lines) + "</ul>"
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(name)}</title>"
@@ -348,6 +363,7 @@ def render_html(name: str, style: str, shown: pd.DataFrame, notes: list[str],
             "padding:3px 6px;text-align:right}</style></head><body>"
             f"<h2>{html.escape(name)}</h2><p>{html.escape(TITLES[style])}.</p>"
             f"{shown.to_html(index=False, border=0)}"
+            + (f"<p>{html.escape(timing)}</p>" if timing else "")
             + (f"<p>{html.escape(reproduction)}</p>" if reproduction else "")
             + (f"<p>Operating points:</p>{items(notes)}" if notes else "")
             + (f"<p>{html.escape(ENVIRONMENT_NOTE)}</p>{items(warnings)}" if warnings else "")
@@ -355,6 +371,17 @@ def render_html(name: str, style: str, shown: pd.DataFrame, notes: list[str],
 
 
 BUILDERS = {"archer": archer_table, "spa": spa_table}
+
+
+def timing_note(summary: pd.DataFrame) -> str:
+    """What the speed figures are, with the number of timed samples; without timing (a summary
+    made without the timing stage) what is missing."""
+    timed = summary["timed_samples"] if "timed_samples" in summary.columns else pd.Series([0])
+    if not (timed > 0).any():
+        return ("No timing stage: the speed columns are empty (the generate jobs' times are their "
+                "cost, not a method's speed).")
+    low, high = int(timed[timed > 0].min()), int(timed.max())
+    return TIMING_NOTE.format(samples=low if low == high else f"{low}-{high}")
 
 
 def write_tables(summary: str | Path, tables: dict[str, dict], origin: dict[str, str],
@@ -372,9 +399,12 @@ def write_tables(summary: str | Path, tables: dict[str, dict], origin: dict[str,
         warnings = ([w for ws in numbers[WARNING].fillna("") if ws for w in ws.split("; ")]
                     if WARNING in numbers.columns else [])
         shown = display_frame(numbers, style)
+        timing = timing_note(table)
         for suffix, text in (("csv", numbers.to_csv(index=False, float_format="%.6g")),
-                             ("md", render_markdown(name, style, shown, notes, reproduction, warnings)),
-                             ("html", render_html(name, style, shown, notes, reproduction, warnings))):
+                             ("md", render_markdown(name, style, shown, notes, reproduction, warnings,
+                                                    timing)),
+                             ("html", render_html(name, style, shown, notes, reproduction, warnings,
+                                                  timing))):
             path = out / f"{name}.{suffix}"
             atomic_write_text(path, text)
             written.append(path)

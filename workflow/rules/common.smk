@@ -139,15 +139,24 @@ def proxies_input(wildcards):
     return []
 
 
+def timed_method(name, wildcards):
+    """A method as its generate job decodes it on this backbone and task, with its batch size
+    (the throughput pass's: changing a batch size re-times the method, not its tokens)."""
+    return {**CAMPAIGN.method(name, wildcards.task, wildcards.backbone),
+            "batch_size": CAMPAIGN.batch_size(name)}
+
+
 def timing_params(wildcards):
-    """Everything a timing job's result depends on: every method that runs on this backbone and
-    task, as its generate job decodes it (in campaign order: the interleaving order), seed, device,
-    compile, samples and repeats; each method with its batch size (the throughput pass's, so
-    changing a batch size re-times: throughput depends on it, the tokens do not)."""
+    """Everything a timing job's result depends on: its method and the reference it is paired
+    with (None for the reference's own job), each as its generate job decodes it, seed, device,
+    compile, samples and repeats. Changing one method re-times that method; changing the
+    reference (which method, or how it decodes) re-times every method: each is paired with it."""
+    reference = config["reference_method"]
     return {
-        "methods": [{**CAMPAIGN.method(m, wildcards.task, wildcards.backbone),
-                     "batch_size": CAMPAIGN.batch_size(m)}
-                    for m in CAMPAIGN.methods_on(wildcards.backbone, wildcards.task)],
+        "method": timed_method(wildcards.method, wildcards),
+        # the reference is timed at batch 1 only here (its throughput pass is its own job's)
+        "reference": None if wildcards.method == reference else CAMPAIGN.method(
+            reference, wildcards.task, wildcards.backbone),
         "seed": config["seed"],
         "device": config["device"],
         "compile": config["compile"],
@@ -156,13 +165,14 @@ def timing_params(wildcards):
 
 
 def all_timing(wildcards=None):
-    return [f"{R}/timing/{b}/{t}.parquet" for b in CAMPAIGN.backbones for t in CAMPAIGN.tasks]
+    """One timing file per (backbone, task, method) the campaign decodes."""
+    return [f"{R}/timing/{b}/{t}/{m}.parquet" for b, t, m in CAMPAIGN.decoding_jobs()]
 
 
 def timing_proxies_input(wildcards):
-    """The backbone's proxies file when any method of the campaign reads it on this task."""
-    if any(CAMPAIGN.needs_proxies(m, wildcards.backbone, wildcards.task)
-           for m in CAMPAIGN.methods_on(wildcards.backbone, wildcards.task)):
+    """The backbone's proxies file when the method or the reference reads it on this task."""
+    pair = {wildcards.method, config["reference_method"]}
+    if any(CAMPAIGN.needs_proxies(m, wildcards.backbone, wildcards.task) for m in pair):
         return [f"{R}/backbones/{wildcards.backbone}/proxies.safetensors"]
     return []
 

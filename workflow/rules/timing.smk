@@ -1,18 +1,22 @@
-# Timing: one job per (backbone, task) times every method on the same samples, interleaved and
-# repeated, in one process; the summary's speedups are paired ratios from it (analysis/speedup.py).
+# Timing: one job per (backbone, task, method) times the method against the campaign's reference
+# method on the same samples, alternating and repeated, in one process; the reference's own job
+# times it alone and is the clock every run of the (backbone, task) is expressed on. The
+# summary's speedups, latencies, TPS and TTFT all come from these files (analysis/speedup.py).
 
 
-rule time_methods:
-    """Load the model once, warm every method up, then decode the same samples with every method
-    in a rotated order, `timing.repeats` times; writes every synchronized time."""
+rule time_method:
+    """Load the model once, warm the method and the reference up, then decode the same samples
+    with both in alternating order, `timing.repeats` times, and the method once more at its batch
+    size (throughput); writes every synchronized time, logging each repeat as it ends."""
     input:
         manifest=f"{R}/backbones/{{backbone}}/manifest.json",
         task=f"{R}/tasks/{{task}}.parquet",
-        proxies=timing_proxies_input,  # when an SPA-Cache method reads the backbone's proxies
+        proxies=timing_proxies_input,  # when the method or the reference reads the proxies
     output:
-        f"{R}/timing/{{backbone}}/{{task}}.parquet",
+        f"{R}/timing/{{backbone}}/{{task}}/{{method}}.parquet",
     params:
-        methods=lambda w: as_json(timing_params(w)["methods"]),
+        method=lambda w: as_json(timing_params(w)["method"]),
+        reference=lambda w: as_json(timing_params(w)["reference"]) if timing_params(w)["reference"] else "",
         seed=config["seed"],
         device=config["device"],
         compile=config["compile"],
@@ -23,12 +27,12 @@ rule time_methods:
     resources:
         **model_job_resources(),
     log:
-        f"{R}/logs/time_methods/{{backbone}}/{{task}}.log",
+        f"{R}/logs/time_method/{{backbone}}/{{task}}/{{method}}.log",
     conda:
         "../../envs/generate.yaml"
     shell:
-        "python -m dlmpipe time-methods --manifest {input.manifest} --task-file {input.task}"
-        " --methods {params.methods:q} --seed {params.seed} --device {params.device}"
-        " --compile {params.compile}"
+        "python -m dlmpipe time-method --manifest {input.manifest} --task-file {input.task}"
+        " --method {params.method:q} --reference {params.reference:q} --seed {params.seed}"
+        " --device {params.device} --compile {params.compile}"
         " --samples {params.samples} --repeats {params.repeats} --proxies={input.proxies:q}"
         " --out {output} > {log} 2>&1"
