@@ -418,7 +418,8 @@ CACHES = _registry(
          "rule": choice(["paper", "released"], "paper",
                         "paper: the cached confidence of a masked token is refreshed whenever its "
                         "row is recomputed; released: the first forward's confidences are kept "
-                        "(the release's update writes into a copy and never takes effect)")},
+                        "(the release's update writes into a copy and never takes effect) and the "
+                        "search window is sized by the masks the block had at the step's start")},
         shadow_rows=True),
 )
 

@@ -44,11 +44,11 @@ class Released:
     """The released d2Cache + vanilla low-confidence decoding (one token per step)."""
 
     def __init__(self, model, prompt_len: int, gen_len: int, *, rollout_p, current_k, sigma,
-                 inflate_w, update_conf: bool):
+                 inflate_w, rule: str):
         self.m, self.P, self.G = model, prompt_len, gen_len
         self.rollout_p, self.current_k, self.sigma, self.inflate_w = rollout_p, current_k, sigma, inflate_w
-        self.update_conf = update_conf  # False: the release (its update never lands); True:
-        # the paper's reading (dlmpipe rule paper), which also adds the last prompt row (Dream)
+        self.paper = rule == "paper"  # the paper's reading: the confidence update lands, the last
+        # prompt row is added (Dream) and the block is whole; else the release as it runs
         self.keys: list = []
         self.values: list = []
         self.q_mask = None     # rows with queries at the next forward
@@ -100,19 +100,21 @@ class Released:
         P, G, T = self.P, self.G, self.P + self.G
         if self.conf_cache is None:
             self.conf_cache = confidence.clone()
-        elif self.update_conf:  # the paper: recomputed (logit row had a query), masked before
+        elif self.paper:  # the paper: recomputed (logit row had a query), masked before
             logit_rows = self.active[P - 1:T - 1] if self.shifted else self.active[P:]
             valid = logit_rows & (frame[P:] == MASK_ID)
             self.conf_cache[valid] = confidence[valid]
         remaining = new[P:] == MASK_ID
         block_mask = torch.zeros(G, dtype=torch.bool)
         block_mask[block[0]:block[1]] = True
+        if not self.paper:  # the release's generation step narrows it in place to its masks
+            block_mask &= frame[P:] == MASK_ID
         block_size = int(block_mask.sum())
         meets = torch.cumsum(remaining.int(), 0) >= self.current_k
         min_end = int(torch.argmax(meets.int())) if meets.any() else G - 1
         search_end = (min_end // block_size + 1) * block_size - 1
         col = torch.arange(G)
-        search = (col >= block[0]) & (col <= search_end)
+        search = (col >= int(block_mask.int().argmax())) & (col <= search_end)
         scores = self.conf_cache * fft_density(~remaining, self.sigma)
         scores[block_mask] += scores.max()
         idx = torch.topk(torch.where(search & remaining, scores, -torch.inf), min(self.current_k, G)).indices
@@ -132,7 +134,7 @@ class Released:
         keep &= (~q)[si]
         q |= torch.zeros(T, dtype=torch.bool).scatter(0, si, keep)
         if self.shifted:  # an assignment in the release; the paper's reading adds the row
-            if self.update_conf:
+            if self.paper:
                 q[P - 1] |= selected[0]
             else:
                 q[P - 1] = selected[0]
@@ -205,6 +207,10 @@ CASES = {  # current_k a multiple of blocks: dlmpipe's guarantee (step 5) adds n
     # matters, and at block starts the guarantee adds rows (restated with it)
     "k-past-block": dict(block_length=4, rollout_p=0.1, current_k=6, sigma=40.0, inflate_w=0,
                          guarantee=True),
+    # a density flat to 1e-4 lets the first forward's confidence rank past the block, so where
+    # the window ends decides: rule released sizes it by the masks the block had (the release)
+    "window-from-masks": dict(block_length=4, rollout_p=0.1, current_k=6, sigma=1000.0,
+                              inflate_w=0, guarantee=True),
 }
 
 
@@ -221,7 +227,7 @@ def test_step_parity_with_the_released_algorithm(family, rule, case):
         prompt = random_prompt(7 + 4 * seed, seed)
         gen_len = 16
         ref_out, ref = released_decode(model, prompt, gen_len, block_length, guarantee,
-                                       update_conf=rule == "paper", **params)
+                                       rule=rule, **params)
         got_out, got = dlmpipe_trace(model, prompt, gen_len, block_length, rule=rule, **params)
         assert len(got) == len(ref) == gen_len
         partial = 0

@@ -8,10 +8,12 @@ from the state the previous step left (the release does it at the end of a step)
 1. masked tokens, certainty prior: score = cached confidence x Gaussian density of decoded
    neighbours (``sigma``); the ``current_k`` best masked positions in a search window that starts
    at the previous step's block and ends at the block boundary after the ``current_k``-th masked
-   position (the previous block's masks biased to win) are selected; for logit-shifted families
-   (Dream) the row before each selected position is recomputed instead (it gives its logits;
-   ``released`` also sets the last prompt row to position 0's choice, dropping it when rollout
-   selected it);
+   position (the previous block's masks biased to win) are selected; ``released`` takes that block
+   as its positions still masked when the previous step began (the release narrows its block mask
+   in place), so the window starts at the first of them and its end is rounded to a multiple of
+   their count; for logit-shifted families (Dream) the row before each selected position is
+   recomputed instead (it gives its logits; ``released`` also sets the last prompt row to
+   position 0's choice, dropping it when rollout selected it);
 2. tokens decoded (changed) since the last forward: their K/V are stale, always recomputed;
 3. other tokens, attention rollout: the column sums of the last forward's attention rollout,
    nucleus-selected with mass ``rollout_p`` (at least one row);
@@ -144,16 +146,19 @@ class D2Cache(RowKVCache):
         n, p, f = x.shape[0], self.prompt_len, self.first_row
         g, dev = n - p, x.device
         lo, hi = self.prev_block
+        col = torch.arange(g, device=dev)
         # 1. masked tokens by certainty prior, in the window from the previous block's start
+        prev = (col >= lo) & (col < hi)  # the previous step's block
+        if self.rule == "released":  # the release's block mask, narrowed to the masks it had
+            prev &= self.prev_x[p:] == self.model.cfg.mask_id
+        size = prev.sum().clamp_min(1)  # 0 only where the release runs no step (no masks)
+        start = prev.long().argmax()
         scores = self.conf * certainty_density(~masked, self.weights)
         meets = masked.long().cumsum(0) >= self.current_k
         first = torch.where(meets.any(), meets.long().argmax(), g - 1)
-        size = hi - lo
         end = (first // size + 1) * size - 1
-        col = torch.arange(g, device=dev)
-        biased = scores.clone()
-        biased[lo:hi] += scores.max()
-        candidates = torch.where((col >= lo) & (col <= end) & masked, biased, -math.inf)
+        biased = scores + torch.where(prev, scores.max(), 0.0)
+        candidates = torch.where((col >= start) & (col <= end) & masked, biased, -math.inf)
         top = torch.topk(candidates, min(self.current_k, g)).indices
         chosen = torch.zeros_like(masked).scatter_(0, top, True) & masked
         # the rows giving the chosen positions' logits (Dream: the row before each)
