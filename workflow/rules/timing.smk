@@ -32,7 +32,7 @@ rule time_method:
         "../../envs/generate.yaml"
     shell:
         "python -m dlmpipe time-method --manifest {input.manifest} --task-file {input.task}"
-        " --method {params.method:q} --reference {params.reference:q} --seed {params.seed}"
+        " --method {params.method:q} --reference={params.reference:q} --seed {params.seed}"
         " --device {params.device} --compile {params.compile}"
         " --samples {params.samples} --repeats {params.repeats} --proxies={input.proxies:q}"
         " --out {output} > {log} 2>&1"
