@@ -124,9 +124,13 @@ def _time_method(a: argparse.Namespace) -> None:
 
 
 def _svd(a: argparse.Namespace) -> None:
-    from .engine.proxies import write_proxies
+    from .engine.proxies import write_checkpoint_proxies, write_proxies
 
-    write_proxies(a.manifest, a.out)
+    if a.manifest:
+        write_proxies(a.manifest, a.out)
+    else:
+        write_checkpoint_proxies(a.path, a.out, name=a.name,
+                                 sha256=json.loads(a.sha256) if a.sha256 else None)
 
 
 def _merge_generations(a: argparse.Namespace) -> None:
@@ -368,7 +372,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_reference_corpus)
 
     s = sub.add_parser("svd", help="float32 thin SVD of every layer's value projection -> proxies.safetensors")
-    s.add_argument("--manifest", required=True)
+    source = s.add_mutually_exclusive_group(required=True)
+    source.add_argument("--manifest", help="the backbone's manifest (its checkpoint, name and pins)")
+    source.add_argument("--path", help="the checkpoint directory (the workflow's svd rule: beside "
+                        "prepare-backbone, not after it)")
+    s.add_argument("--name", help="with --path: the backbone's name")
+    s.add_argument("--sha256", default="", help="with --path: the weight files' pinned sha256 (JSON)")
     s.add_argument("--out", required=True)
     s.set_defaults(func=_svd)
 

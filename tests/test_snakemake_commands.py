@@ -125,6 +125,22 @@ def test_rulegraph_is_a_dot_graph_of_the_rules(ran, campaign):
         assert ("svd", "generate") in rule_edges
 
 
+@pytest.mark.parametrize("campaign", CAMPAIGNS)
+def test_every_rule_sits_at_one_depth_of_the_dag(ran, campaign):
+    """The report's rule graph (Snakemake's report/rulegraph_spec.py) keeps one job per rule and
+    depth of the DAG (its toposort layer): a rule whose jobs sit at two depths is drawn twice, as
+    generate and score were while only the SPA methods' jobs waited for an svd job that waited
+    for prepare_backbone."""
+    nodes, edges = dot_graph(succeeded(ran[(campaign, "dag")]))
+    depth: dict[str, int] = {}
+    for node in acyclic_order(nodes, edges):
+        depth[node] = 1 + max((depth[src] for src, dst in edges if dst == node), default=-1)
+    depths: dict[str, set[int]] = {}
+    for node, rule in nodes.items():
+        depths.setdefault(rule, set()).add(depth[node])
+    assert {rule: sorted(d) for rule, d in depths.items() if len(d) > 1} == {}
+
+
 def expected_outputs(campaign: Campaign) -> set[str]:
     b_t_m = [(b, t, m) for b in campaign.backbones for t in campaign.tasks for m in campaign.methods]
     return ({"results/summary.csv", "results/summary.parquet", "results/plots"}

@@ -2,6 +2,7 @@
 singular proxies and their file, the layer budget rho(l), and the svd rule in the workflow."""
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -156,7 +157,7 @@ def test_rank_larger_than_stored_is_a_clear_error(tmp_path):
     build_cache({"name": "spa", "rank": 32}, model)  # full rank is fine
 
 
-def test_svd_job_writes_a_file_that_reconstructs_the_value_projection(tmp_path):
+def test_svd_job_writes_a_file_that_reconstructs_the_value_projection(tmp_path, capsys):
     from dlmpipe.backbones.loading import load_backbone
     from dlmpipe.backbones.manifest import write_manifest
     from dlmpipe.cli import main
@@ -178,6 +179,25 @@ def test_svd_job_writes_a_file_that_reconstructs_the_value_projection(tmp_path):
     assert prox.projection(0, 4).shape == (4, w.shape[1])  # rank chosen at load time
     with pytest.raises(ValueError, match="exceeds the rank"):
         prox.projection(0, prox.stored_rank + 1)
+
+    # the workflow's form: from the checkpoint directory, beside prepare-backbone (no manifest);
+    # the same file, down to the fingerprint a generate job checks against the manifest's
+    direct = tmp_path / "direct.safetensors"
+    assert main(["svd", "--path", str(ckpt), "--name", "tiny", "--sha256", "null",
+                 "--out", str(direct)]) == 0
+    again = load_proxies(direct, fingerprint=man["fingerprint"])
+    recorded = {k: v for k, v in again.metadata.items() if k != "source"}  # source: the file
+    assert recorded == {k: v for k, v in prox.metadata.items() if k != "source"}
+    assert recorded["family"] == man["family"]
+    for i in range(len(model.blocks)):
+        assert torch.equal(again.singular_values[i], prox.singular_values[i])
+        assert torch.equal(again.projection(i, again.stored_rank), prox.projection(i, prox.stored_rank))
+    # the pinned hashes are checked, as by every loader: a clear error, no file
+    bad = tmp_path / "bad.safetensors"
+    assert main(["svd", "--path", str(ckpt), "--name", "tiny", "--sha256",
+                 json.dumps({f.name: "0" * 64 for f in ckpt.glob("*.safetensors")}),
+                 "--out", str(bad)]) == 2
+    assert "sha256 mismatch" in capsys.readouterr().err and not bad.exists()
     with pytest.raises(ValueError, match="fingerprint"):
         load_proxies(out, fingerprint="0123")
     # the cache reads the file; a rank beyond it fails when the job builds the method

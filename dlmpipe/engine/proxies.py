@@ -86,23 +86,36 @@ def read_value_weights(checkpoint: str | Path) -> list[Tensor]:
 
 
 def write_proxies(manifest: str | Path, out: str | Path) -> dict:
-    """The SVD job: read the manifest's checkpoint, write ``proxies.safetensors`` atomically."""
-    from safetensors.torch import save_file
-
+    """The SVD of the manifest's checkpoint (``write_checkpoint_proxies`` with its path, name and
+    pinned hashes)."""
     from ..backbones.manifest import read_manifest
-    from ..io import atomic_write
-
-    from ..backbones.shipped import check_sha256
 
     man = read_manifest(manifest)
-    check_sha256(man["path"], man.get("sha256"))  # the pinned weights, as every loader checks
-    s_all, bt_all = value_svd(read_value_weights(man["path"]))
+    return write_checkpoint_proxies(man["path"], out, name=man["name"], sha256=man.get("sha256"))
+
+
+def write_checkpoint_proxies(path: str | Path, out: str | Path, name: str,
+                             sha256: dict[str, str] | None = None) -> dict:
+    """The SVD job: read the checkpoint directory's value projections (its pinned sha256 checked,
+    as every loader does), write ``proxies.safetensors`` atomically. It records the backbone
+    fingerprint its manifest records (``checkpoint_fingerprint``: the same files give the same),
+    so it needs no manifest: the workflow runs it beside prepare_backbone, not after it."""
+    from safetensors.torch import save_file
+
+    from ..backbones.checkpoint_config import read_config
+    from ..backbones.manifest import checkpoint_fingerprint
+    from ..backbones.shipped import check_sha256
+    from ..io import atomic_write
+
+    path = Path(path).resolve()
+    check_sha256(path, sha256)  # the pinned weights, as every loader checks
+    s_all, bt_all = value_svd(read_value_weights(path))
     tensors = {}
     for i, (s, bt) in enumerate(zip(s_all, bt_all)):
         tensors[f"layers.{i}.singular_values"] = s
         tensors[f"layers.{i}.right_vectors_t"] = bt
-    metadata = {"format": FORMAT, "backbone": man["name"], "fingerprint": str(man.get("fingerprint")),
-                "family": man.get("family", ""), "n_layers": str(len(s_all)),
+    metadata = {"format": FORMAT, "backbone": name, "fingerprint": checkpoint_fingerprint(path),
+                "family": read_config(path).family, "n_layers": str(len(s_all)),
                 "rank": str(min(s.shape[0] for s in s_all)), "d_model": str(bt_all[0].shape[1])}
     atomic_write(out, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
     return metadata
