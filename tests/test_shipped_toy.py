@@ -16,9 +16,9 @@ import yaml
 from dlmpipe.backbones.checkpoint_config import CheckpointError
 from dlmpipe.backbones.loading import load_backbone
 from dlmpipe.backbones.manifest import write_manifest
-from dlmpipe.backbones.shipped import (SHIPPED_DIR, read_record, shipped_path, training_environment,
-                                       weight_sha256)
-from dlmpipe.backbones.toy import train_toy
+from dlmpipe.backbones.pins import weight_sha256
+from dlmpipe.backbones.shipped import SHIPPED_DIR, read_record, shipped_path
+from dlmpipe.backbones.toy import train_toy, training_environment
 from dlmpipe.campaign import Campaign, load_campaign
 
 from .workflow import REPO, fake_finished_run, scheduled

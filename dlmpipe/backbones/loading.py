@@ -25,7 +25,7 @@ import torch
 from .checkpoint_config import CheckpointError, read_config
 from .model import Backbone, BackboneConfig
 from .prompts import ChatPrompt, chat_ids
-from .shipped import check_sha256
+from .pins import check_sha256
 from .tokenizer import load_tokenizer, resolve_special_ids
 from .weights import checkpoint_key_map, plan_reads, read_tensors, shard_files
 

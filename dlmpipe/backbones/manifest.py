@@ -3,7 +3,7 @@
 ``prepare-backbone`` checks that the directory loads (config, shards, keys, shapes, tokenizer)
 and writes ``backbones/{b}/manifest.json`` with the path, family, special ids and a fingerprint
 of the weight files, so downstream jobs rerun when the checkpoint changes; with the weights'
-pinned sha256 (checked here and again by every job that loads them, dlmpipe/backbones/shipped.py).
+pinned sha256 (checked here and again by every job that loads them, dlmpipe/backbones/pins.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..io import atomic_write_json
 from .loading import check_checkpoint
-from .shipped import check_sha256
+from .pins import check_sha256
 
 
 def checkpoint_fingerprint(path: Path) -> str:

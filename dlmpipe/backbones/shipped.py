@@ -1,4 +1,4 @@
-"""Checkpoints shipped with dlmpipe (``backbones: {b: {shipped: toy}}``), and weight hashes.
+"""Checkpoints shipped with dlmpipe (``backbones: {b: {shipped: toy}}``) and their records.
 
 Training the toy on each machine gave each machine other weights (CPU kernels differ in their
 floating-point sums, and 600 Adam steps amplify the last bit), and with them other verdicts on
@@ -10,19 +10,15 @@ threads). ``python -m dlmpipe ship-toy`` retrains it from that record (or from n
 prints the hashes the campaign pins; ``tests/test_shipped_toy.py`` proves the shipped weights
 are what the record's options train.
 
-Any checkpoint (``path:`` or ``shipped:``) may pin its safetensors files' sha256
-(``sha256: {file: hex}``); the loader checks them before reading a weight, and a mismatch is one
-``CheckpointError`` naming the file, the expected and the actual hash (nothing is written or
-removed). A shipped checkpoint without ``sha256:`` in the campaign is checked against its record.
+A shipped checkpoint's weights are pinned by the record's sha256 unless the campaign pins them
+(pins.py checks them). No torch here: the campaign check reads the records.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import platform
 from pathlib import Path
 
-from .checkpoint_config import CheckpointError
+from .identity import CheckpointError
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "shipped"
 RECORD = "training.json"
@@ -48,61 +44,6 @@ def read_record(name_or_path: str | Path) -> dict:
     path = Path(name_or_path)
     path = path if path.is_dir() else shipped_path(str(name_or_path))
     return json.loads((path / RECORD).read_text())
-
-
-def file_sha256(file: Path) -> str:
-    h = hashlib.sha256()
-    with open(file, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def weight_sha256(path: str | Path) -> dict[str, str]:
-    """sha256 of every safetensors file of a checkpoint directory, by file name."""
-    return {f.name: file_sha256(f) for f in sorted(Path(path).glob("*.safetensors"))}
-
-
-def check_sha256(path: str | Path, expected: dict[str, str] | None) -> None:
-    """Raise CheckpointError unless every pinned file exists with its pinned sha256 (and no
-    safetensors file is left unpinned). Reads only; nothing is changed."""
-    if not expected:
-        return
-    path = Path(path)
-    problems = []
-    for name, want in sorted(expected.items()):
-        file = path / name
-        if not file.is_file():
-            problems.append(f"{file}: pinned by sha256 but missing (expected sha256 {want})")
-            continue
-        got = file_sha256(file)
-        if got != want.lower():
-            problems.append(f"{file}: sha256 mismatch: expected {want}, actual {got}")
-    extra = sorted(set(f.name for f in path.glob("*.safetensors")) - set(expected))
-    problems += [f"{path / name}: weight file not pinned by sha256 (pinned: {', '.join(sorted(expected))})"
-                 for name in extra]
-    if problems:
-        raise CheckpointError("checkpoint weights are not the pinned ones (the campaign's "
-                              "backbone sha256; nothing was changed):\n  " + "\n  ".join(problems))
-
-
-def training_environment(threads: int) -> dict:
-    """What decides a trained toy's exact bits besides its options: the kernels torch picks."""
-    import torch
-
-    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu": cpu_model(), "machine": platform.machine(), "threads": threads,
-            "python": platform.python_version()}
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def ship_toy(name: str = "toy", options: dict | None = None, out: str | Path | None = None,

@@ -28,6 +28,7 @@ config.yaml gives what each default method does on toys of seeds 0-4.
 from __future__ import annotations
 
 import math
+import platform
 import random
 import time
 from pathlib import Path
@@ -37,10 +38,12 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from ..environment import cpu_model
 from ..io import atomic_write, atomic_write_json
 from ..tasks.toy import GENERATORS
-from .weights import checkpoint_key_map
 from .model import Backbone, BackboneConfig
+from .pins import weight_sha256
+from .weights import checkpoint_key_map
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|startoftext|>", "<|mdm_mask|>", "<|eot_id|>",
                   "<|start_header_id|>", "<|end_header_id|>"]
@@ -237,6 +240,13 @@ def _reused_rows(ids: torch.Tensor, noisy: torch.Tensor, key_mask: torch.Tensor,
     return earlier, rows, reused
 
 
+def training_environment(threads: int) -> dict:
+    """What decides a trained toy's exact bits besides its options: the kernels torch picks."""
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu": cpu_model(), "machine": platform.machine(), "threads": threads,
+            "python": platform.python_version()}
+
+
 def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: int = 32,
               d_model: int = 128, n_layers: int = 4, n_heads: int = 4, mlp_hidden: int = 384,
               gen_length: int = 16, lr: float = 3e-3, threads: int = 2, pretrain_fraction: float = 0.0,
@@ -244,8 +254,6 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
               tasks: tuple[str, ...] = ("toy_code", "toy_arith"), log=print) -> dict:
     """Train and save the toy backbone; returns training statistics (with ``options``, every
     keyword argument above, and ``environment``, what else decides the exact bits)."""
-    from .shipped import training_environment, weight_sha256
-
     options = {"seed": seed, "steps": steps, "batch_size": batch_size, "d_model": d_model,
                "n_layers": n_layers, "n_heads": n_heads, "mlp_hidden": mlp_hidden,
                "gen_length": gen_length, "lr": lr, "threads": threads,

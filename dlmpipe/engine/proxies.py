@@ -104,7 +104,7 @@ def write_checkpoint_proxies(path: str | Path, out: str | Path, name: str,
 
     from ..backbones.checkpoint_config import read_config
     from ..backbones.manifest import checkpoint_fingerprint
-    from ..backbones.shipped import check_sha256
+    from ..backbones.pins import check_sha256
     from ..io import atomic_write
 
     path = Path(path).resolve()
