@@ -30,11 +30,10 @@ SCRIPT = REPO / "scripts" / "slurm-local.sh"
 
 
 def readme_command() -> str:
-    """The command of README's "Running on a SLURM cluster" section, as written there."""
-    section = (REPO / "README.md").read_text().split("## Running on a SLURM cluster", 1)[1]
-    section = section.split("\n## ", 1)[0]
+    """The first command of docs/CLUSTER.md (README's way to a cluster), as written there."""
+    section = (REPO / "docs" / "CLUSTER.md").read_text().split("\n## ", 1)[0]
     commands = re.findall(r"^(snakemake --cores \S+ --profile \S+)\s*(?:#.*)?$", section, re.M)
-    assert commands, "README's SLURM section shows no `snakemake --cores N --profile ...` line"
+    assert commands, "docs/CLUSTER.md shows no `snakemake --cores N --profile ...` line"
     return commands[0]
 
 
