@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..tasks.extract import program_for
+from .levels import isolation
 from .sandbox import Isolation, Limits, RunResult, run_suites
 
 
@@ -84,7 +85,9 @@ def program_of(row: dict, completion: str) -> str:
 
 def run_code(row: dict, program: str, settings: Settings,
              iso: Isolation | None = None) -> RunResult:
-    return run_suites(program, suites_for(row, settings), limits=settings.limits, iso=iso,
+    """``iso`` None: this process's level (levels.isolation: $DLMPIPE_SANDBOX, else bwrap)."""
+    return run_suites(program, suites_for(row, settings), limits=settings.limits,
+                      iso=iso if iso is not None else isolation(),
                       load_time_limit=settings.load_time_limit)
 
 

@@ -22,7 +22,7 @@ bwrap's view, scratch writable; TCP denied, signals scoped where the ABI has the
 group). The recorded level names the active layers, e.g. ``process+landlock+seccomp``.
 
 Which level runs, and whether it works here, is decided once per process in levels.py (fail
-closed: bwrap unless the user opts in to the process level).
+closed: bwrap unless the user opts in to the process level); every run here is given its level.
 
 The host kills the whole process group at the wall-clock limit; captured stdout/stderr are
 capped. The verdict comes only from token-authenticated lines the trusted driver (harness.py)
@@ -183,14 +183,11 @@ def default_wall_s(suites: list[dict], load_time_limit: float = 10.0) -> float:
     return total
 
 
-def run_suites(program: str, suites: list[dict], *, wall_s: float | None = None,
-               limits: Limits = Limits(), iso: Isolation | None = None,
-               load_time_limit: float = 10.0, start_retry_s: float = START_RETRY_S) -> RunResult:
-    """Run ``program`` then each test suite in one fresh sandbox; one outcome per suite."""
-    if iso is None:
-        from .levels import isolation  # levels.py checks levels by calling run_suites
-
-        iso = isolation()
+def run_suites(program: str, suites: list[dict], *, iso: Isolation, wall_s: float | None = None,
+               limits: Limits = Limits(), load_time_limit: float = 10.0,
+               start_retry_s: float = START_RETRY_S) -> RunResult:
+    """Run ``program`` then each test suite in one fresh sandbox of ``iso`` (chosen and checked
+    by levels.isolation, which runs its self-check through here); one outcome per suite."""
     wall = float(wall_s or default_wall_s(suites, load_time_limit))
     cpu_s = math.ceil(wall) + 1
     token = secrets.token_hex(16)
@@ -240,8 +237,8 @@ def run_suites(program: str, suites: list[dict], *, wall_s: float | None = None,
                      extra={"start_attempts": attempt + 1})
 
 
-def run_program(program: str, *, timeout_s: float = 10.0, limits: Limits = Limits(),
-                iso: Isolation | None = None) -> RunResult:
+def run_program(program: str, *, iso: Isolation, timeout_s: float = 10.0,
+                limits: Limits = Limits()) -> RunResult:
     """Run a bare program; its one suite ``program`` passes iff the program ran to the end."""
     return run_suites(program, [{"name": "program", "format": "assert", "code": "pass",
                                  "time_limit": 1.0}],
