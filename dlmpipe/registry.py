@@ -97,6 +97,9 @@ PARALLEL_BLOCKS = {"block_length": positive_or_null(32, "null means gen_length (
 def blocks_tile_response(params: dict, gen_length: int) -> str | None:
     """LLaDA-style blocks tile the response (block_length null: one block)."""
     block = params.get("block_length") or gen_length
+    if block > gen_length:
+        return (f"sampler.block_length: {block} is longer than gen_length {gen_length} (null: one "
+                "block of gen_length)")
     if gen_length % block:
         return f"sampler.block_length: {block} does not divide gen_length {gen_length}"
     return None
@@ -110,6 +113,19 @@ def steps_split_over_blocks(params: dict, gen_length: int) -> str | None:
         return (f"sampler.steps: {steps} is not a multiple of the {gen_length // block} blocks "
                 f"(gen_length {gen_length} / block_length {block})")
     return None
+
+
+# ------------------------------------------------------------------------------------------
+# checks against the backbone's widths (config.json, read without torch, before any job)
+# ------------------------------------------------------------------------------------------
+def rank_within_value_projection(params: dict, widths) -> str | None:
+    """SPA-Cache's singular proxy has at most the value projection's rank, min(n_kv_heads *
+    head_dim, d_model) (``widths``: a ``backbones.checkpoint_config.Widths``)."""
+    if params.get("identifier") != "singular" or params["rank"] <= widths.value_rank:
+        return None
+    return (f"cache.rank: {params['rank']} exceeds the value projection's rank "
+            f"min(n_kv_heads*head_dim, d_model) = min({widths.n_kv_heads}*{widths.head_dim}, "
+            f"{widths.d_model}) = {widths.value_rank}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -129,6 +145,8 @@ class Component:
     artifacts: dict[str, Callable[[dict], bool]] = field(default_factory=dict)
     #: checks of the filled parameters against a task's gen_length; each returns a problem or None
     checks: tuple[Callable[[dict, int], str | None], ...] = ()
+    #: checks of the filled parameters against the backbone's widths (``widths_problems``)
+    width_checks: tuple[Callable[[dict, object], str | None], ...] = ()
     #: parameters whose value "auto" is chosen from the backbone: name -> function(filled
     #: params, backbones.identity.BackboneIdentity) -> the concrete value (ValueError, saying
     #: why, when none fits); a function may keep "auto" where the parameter is unused
@@ -391,6 +409,7 @@ CACHES = _registry(
          "refresh_gen_steps": positive_or_null(7, "recompute the whole response (cached prompt) "
                                                   "every this many steps; null: never")},
         artifacts={"proxies": lambda params: params["identifier"] == "singular"},
+        width_checks=(rank_within_value_projection,),
         auto={"profile": spa_profiles.profile_for}, shadow_rows=True),
     Component(
         "dllm_cache", "dlmpipe.engine.dllm_cache:DLLMCache",
@@ -436,17 +455,30 @@ def lookup(kind: str, name: str) -> Component:
     return table[name]
 
 
-def pairing_problem(sampler: str, cache: str) -> str | None:
-    """Why ``cache`` cannot serve ``sampler`` (it leaves rows stale that the sampler reads)."""
-    s, c = lookup("sampler", sampler), lookup("cache", cache)
+def _refusal(s: Component, c: Component) -> str | None:
     if not serves(c.rows, s.rows):
-        return (f"cache {cache!r} gives fresh logits only for {ROWS_MEANING[c.rows]}; sampler "
-                f"{sampler!r} reads {ROWS_MEANING[s.rows]} at every step")
+        return (f"cache {c.name!r} gives fresh logits only for {ROWS_MEANING[c.rows]}; sampler "
+                f"{s.name!r} reads {ROWS_MEANING[s.rows]} at every step")
     if s.shadow_rows and not c.shadow_rows:
-        return (f"cache {cache!r} does not compute shadow rows; sampler {sampler!r} reads them at "
+        return (f"cache {c.name!r} does not compute shadow rows; sampler {s.name!r} reads them at "
                 f"every step (WINO's verification queries: a masked copy of the block appended "
                 f"to the input, docs/ARCHITECTURE.md)")
     return None
+
+
+def serving_caches(sampler: str) -> list[str]:
+    """The caches that can serve ``sampler`` (every row it reads, shadow rows if it reads them)."""
+    s = lookup("sampler", sampler)
+    return [name for name, c in CACHES.items() if _refusal(s, c) is None]
+
+
+def pairing_problem(sampler: str, cache: str) -> str | None:
+    """Why ``cache`` cannot serve ``sampler`` (it leaves rows stale that the sampler reads), and
+    the caches that can."""
+    why = _refusal(lookup("sampler", sampler), lookup("cache", cache))
+    if why is None:
+        return None
+    return f"{why}; caches that serve it: {', '.join(serving_caches(sampler))}"
 
 
 def artifacts(method: dict) -> tuple[str, ...]:
@@ -461,6 +493,13 @@ def gen_length_problems(method: dict, gen_length: int) -> list[str]:
     return [p for part in ("sampler", "cache")
             for check in lookup(part, method[part]["name"]).checks
             if (p := check(method[part], gen_length))]
+
+
+def widths_problems(method: dict, widths) -> list[str]:
+    """The method's parameters against the backbone's widths (``width_checks``)."""
+    return [p for part in ("sampler", "cache")
+            for check in lookup(part, method[part]["name"]).width_checks
+            if (p := check(method[part], widths))]
 
 
 def schema_defs() -> dict:
@@ -494,20 +533,44 @@ def canonical(value):
     return value
 
 
+BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+
+
+def _values(values) -> list[str]:
+    return list(dict.fromkeys(str(canonical(v)) for v in values))  # "inf" and math.inf once
+
+
+def bounds(spec: dict) -> str | None:
+    """A numeric constraint's range in words, for "out of range" messages: ">= 1 or inf",
+    "> 0 and <= 1 or null", "auto or >= 1"; None when no alternative has a bound."""
+    alternatives = spec.get("anyOf") or spec.get("oneOf") or [spec]
+    if not any(key in alt for alt in alternatives for key, _ in BOUNDS):
+        return None
+    words = []
+    for alt in alternatives:
+        if "enum" in alt or "const" in alt:
+            words += _values(alt.get("enum", [alt.get("const")]))
+        elif alt.get("type") == "null":
+            words.append("null")
+        elif alt.get("type") in ("integer", "number"):
+            words.append(" and ".join(f"{op} {alt[key]}" for key, op in BOUNDS if key in alt)
+                         or f"any {alt['type']}")
+    return " or ".join(dict.fromkeys(words))
+
+
 def expected(spec: dict) -> str:
     """A parameter's constraint in words: "an integer >= 1", "a number > 0 and <= 1", ..."""
     if "anyOf" in spec:
         return " or ".join(expected(alt) for alt in spec["anyOf"])
     if "enum" in spec:
-        return "one of " + ", ".join(map(str, spec["enum"]))
+        values = _values(spec["enum"])
+        return values[0] if len(values) == 1 else "one of " + ", ".join(values)
     kind = spec.get("type")
     if kind == "null":
         return "null"
     words = {"integer": "an integer", "number": "a number"}.get(kind, f"a {kind}")
-    bounds = [f"{op} {spec[key]}" for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"),
-                                                  ("maximum", "<="), ("exclusiveMaximum", "<"))
-              if key in spec]
-    return " ".join([words, " and ".join(bounds)]).strip()
+    limits = [f"{op} {spec[key]}" for key, op in BOUNDS if key in spec]
+    return " ".join([words, " and ".join(limits)]).strip()
 
 
 class NoFit(ValueError):

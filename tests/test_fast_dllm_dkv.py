@@ -153,7 +153,8 @@ def test_config_rejects_dkv_with_saber_naming_the_key(tiny_config):
         Campaign(tiny_config)
     assert err.value.problems == [
         "methods.dkv-saber: cache 'dkv_decode' gives fresh logits only for the masked rows of the "
-        "current block; sampler 'saber' reads every response row (visible ones too) at every step"]
+        "current block; sampler 'saber' reads every response row (visible ones too) at every step; "
+        "caches that serve it: none, archer, spa, dllm_cache"]
 
 
 def test_the_default_campaign_keeps_every_cache_and_the_baselines_with_valid_blocks():
