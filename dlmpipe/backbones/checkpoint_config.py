@@ -2,14 +2,20 @@
 
 Read as plain JSON (never remote code), every field checked, so a bad file gives one
 ``CheckpointError`` naming the field and the file (loading.py states the whole loading contract).
+Everything but building the ``BackboneConfig`` runs without torch: the campaign check reads a
+checkpoint's widths here (``read_widths``) before any job.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .identity import CheckpointError, family_of
 from .identity import read_json as _read_json
-from .model import BackboneConfig
+
+if TYPE_CHECKING:
+    from .model import BackboneConfig
 
 
 class _Fields:
@@ -86,32 +92,67 @@ def _dream_config(f: _Fields) -> BackboneConfig:
 
 
 def _config(family, f: _Fields, *, d, layers, heads, kv_heads, mlp, vocab, theta, eps, bias, mask,
-            shift) -> BackboneConfig:
+            shift) -> dict:
     if d % heads or heads % kv_heads:
         raise CheckpointError(f"{f.file}: {heads} heads / {kv_heads} kv heads do not divide width {d}")
     pad = f.ids("pad_token_id")
-    return BackboneConfig(family=family, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
-                          mlp_hidden=mlp, vocab_size=vocab, rope_theta=theta, norm_eps=eps, qkv_bias=bias,
-                          mask_id=mask, stop_ids=_unique(f.ids("eos_token_id")),
-                          pad_id=pad[0] if pad else None, logit_shift=shift)
+    return dict(family=family, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
+                mlp_hidden=mlp, vocab_size=vocab, rope_theta=theta, norm_eps=eps, qkv_bias=bias,
+                mask_id=mask, stop_ids=_unique(f.ids("eos_token_id")),
+                pad_id=pad[0] if pad else None, logit_shift=shift)
 
 
 CONFIG_READERS = {"llada": _llada_config, "dream": _dream_config}
 
 
-def read_config(path: Path) -> BackboneConfig:
-    """Architecture and the special ids config.json / generation_config.json declare."""
+def read_fields(path: Path) -> dict:
+    """``BackboneConfig``'s fields, as config.json / generation_config.json declare them, every
+    field checked (no torch)."""
     path = Path(path)
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise CheckpointError(f"{cfg_file}: config.json missing (is {path} a checkpoint directory?)")
     raw = _read_json(cfg_file, "config.json")
-    cfg = CONFIG_READERS[family_of(raw, cfg_file)](_Fields(raw, cfg_file))
+    fields = CONFIG_READERS[family_of(raw, cfg_file)](_Fields(raw, cfg_file))
     gen_file = path / "generation_config.json"
     if gen_file.is_file():
-        cfg.stop_ids = _unique(cfg.stop_ids + _Fields(_read_json(gen_file, "generation_config.json"),
-                                                      gen_file).ids("eos_token_id"))
-    return cfg
+        fields["stop_ids"] = _unique(fields["stop_ids"] + _Fields(
+            _read_json(gen_file, "generation_config.json"), gen_file).ids("eos_token_id"))
+    return fields
+
+
+def read_config(path: Path) -> BackboneConfig:
+    """Architecture and the special ids config.json / generation_config.json declare."""
+    from .model import BackboneConfig
+
+    return BackboneConfig(**read_fields(path))
+
+
+@dataclass(frozen=True)
+class Widths:
+    """The widths a method's parameters may depend on (registry ``width_checks``)."""
+
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    source: str = ""  # where they were read, for messages
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def value_rank(self) -> int:
+        """Rank of the value projection W_v (d_model -> n_kv_heads * head_dim): SPA-Cache's
+        singular proxies keep at most this many directions (engine/proxies.py)."""
+        return min(self.n_kv_heads * self.head_dim, self.d_model)
+
+
+def read_widths(path: Path) -> Widths:
+    """A checkpoint directory's widths, from config.json (CheckpointError naming the field)."""
+    fields = read_fields(path)
+    return Widths(fields["d_model"], fields["n_heads"], fields["n_kv_heads"],
+                  str(Path(path) / "config.json"))
 
 
 def _unique(ids) -> list[int]:

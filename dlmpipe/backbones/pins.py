@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Callable
 
 from .identity import CheckpointError
 
@@ -27,11 +28,10 @@ def weight_sha256(path: str | Path) -> dict[str, str]:
     return {f.name: file_sha256(f) for f in sorted(Path(path).glob("*.safetensors"))}
 
 
-def check_sha256(path: str | Path, expected: dict[str, str] | None) -> None:
-    """Raise CheckpointError unless every pinned file exists with its pinned sha256 (and no
-    safetensors file is left unpinned). Reads only; nothing is changed."""
-    if not expected:
-        return
+def sha256_problems(path: str | Path, expected: dict[str, str],
+                    digest: Callable[[Path], str] = file_sha256) -> list[str]:
+    """One line per pinned file that is missing or has another sha256 (by ``digest``), and per
+    safetensors file left unpinned. Reads only."""
     path = Path(path)
     problems = []
     for name, want in sorted(expected.items()):
@@ -39,12 +39,21 @@ def check_sha256(path: str | Path, expected: dict[str, str] | None) -> None:
         if not file.is_file():
             problems.append(f"{file}: pinned by sha256 but missing (expected sha256 {want})")
             continue
-        got = file_sha256(file)
+        got = digest(file)
         if got != want.lower():
             problems.append(f"{file}: sha256 mismatch: expected {want}, actual {got}")
     extra = sorted(set(f.name for f in path.glob("*.safetensors")) - set(expected))
     problems += [f"{path / name}: weight file not pinned by sha256 (pinned: {', '.join(sorted(expected))})"
                  for name in extra]
+    return problems
+
+
+def check_sha256(path: str | Path, expected: dict[str, str] | None) -> None:
+    """Raise CheckpointError unless every pinned file exists with its pinned sha256 (and no
+    safetensors file is left unpinned). Reads only; nothing is changed."""
+    if not expected:
+        return
+    problems = sha256_problems(path, expected)
     if problems:
         raise CheckpointError("checkpoint weights are not the pinned ones (the campaign's "
                               "backbone sha256; nothing was changed):\n  " + "\n  ".join(problems))
