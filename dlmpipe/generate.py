@@ -111,28 +111,32 @@ GENERATION_SCHEMA = pa.schema([
     ("sample_index", pa.int64()), ("task_id", pa.string()), ("completion", pa.string()),
     ("token_ids", pa.list_(pa.int64())), ("steps", pa.int64()), ("nfe", pa.int64()),
     ("refreshes", pa.int64()), ("cached_forwards", pa.int64()), ("revisions", pa.int64()),
-    ("time_s", pa.float64()), ("device", pa.string()), ("backbone", pa.string()),
+    # the job's cost of the sample: its synchronized wall time in this job (at batch size B > 1 its
+    # wait inside the batch, beside whatever else ran); a method's speed is the timing stage's
+    ("job_time_s", pa.float64()), ("device", pa.string()), ("backbone", pa.string()),
     ("task", pa.string()), ("method", pa.string()), ("sampler", pa.string()),
     ("cache", pa.string()), ("params", pa.string()), ("stats", pa.string()),
     # per-sample measurements (docs/ARCHITECTURE.md, file contracts): prompt tokens, tokens
-    # before the first stop/pad, time to first token (decode.py), generated tokens / time_s
-    ("prompt_length", pa.int64()), ("generated_length", pa.int64()), ("ttft_s", pa.float64()),
-    ("tps", pa.float64()),
-    # how many samples the job decoded together (dlmpipe/batching.py); time_s and ttft_s are the
-    # sample's own latency inside that batch (docs/ARCHITECTURE.md, generations contract)
+    # before the first stop/pad, and, in this job, time to first token (decode.py) and generated
+    # tokens / job_time_s
+    ("prompt_length", pa.int64()), ("generated_length", pa.int64()), ("job_ttft_s", pa.float64()),
+    ("job_tps", pa.float64()),
+    # how many samples the job decoded together (dlmpipe/batching.py); job_time_s and job_ttft_s
+    # are the sample's own latency inside that batch (docs/ARCHITECTURE.md, generations contract)
     ("batch_size", pa.int64()),
     # the environment it was decoded in (dlmpipe/environment.py): explicit fields + their hash
     *((c, pa.string()) for c in ENVIRONMENT_COLUMNS),
 ])
 # Journal rows of an older format lack columns above: the identity's format discards them.
-JOURNAL_FORMAT = 4
+JOURNAL_FORMAT = 5
 
 
 def measurements(prompt_len: int, generated: int, res: DecodeResult) -> dict:
-    """The per-sample measurement columns of one decoded sample: ``tps * time_s`` equals the
-    generated tokens (tokens before the first stop or pad) and ``ttft_s <= time_s``."""
-    return {"prompt_length": prompt_len, "generated_length": generated, "ttft_s": res.ttft_s,
-            "tps": generated / res.time_s if res.time_s > 0 else float("nan")}
+    """The per-sample measurement columns of one decoded sample in its job: ``job_tps *
+    job_time_s`` equals the generated tokens (tokens before the first stop or pad) and
+    ``job_ttft_s <= job_time_s``."""
+    return {"prompt_length": prompt_len, "generated_length": generated, "job_ttft_s": res.ttft_s,
+            "job_tps": generated / res.time_s if res.time_s > 0 else float("nan")}
 
 
 def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device,
@@ -221,7 +225,7 @@ def generation_row(job: JobModel, i: int, row: dict, prompt_len: int, res: Decod
         "completion": job.loaded.tokenizer.decode(kept, skip_special_tokens=False),
         "token_ids": ids, "steps": st["steps"], "nfe": st["nfe"], "refreshes": st["refreshes"],
         "cached_forwards": st["cached_forwards"], "revisions": st["revisions"],
-        "time_s": res.time_s, "device": device_name(dev), "backbone": man["name"], "task": task,
+        "job_time_s": res.time_s, "device": device_name(dev), "backbone": man["name"], "task": task,
         "method": method["name"], "sampler": method["sampler"]["name"],
         "cache": method["cache"]["name"], "params": method_params(method), "stats": json.dumps(st),
         **measurements(prompt_len, len(kept), res), "batch_size": batch_size, **environment(dev)}

@@ -116,7 +116,7 @@ def merge_shards(shard_files: list[str], task_file: str, out: str, provenance: s
                   "(dlmpipe/environment.py): the summary flags this method's quality", flush=True)
     if len(record["devices"]) > 1:
         print(f"warning: shards decoded on different devices {record['devices']}: per-sample "
-              "times (time_s) compare only within a device", flush=True)
+              "times (job_time_s) compare only within a device", flush=True)
     atomic_write_parquet(out, merged)
     atomic_write_json(provenance, record)
     return record

@@ -16,7 +16,7 @@ def scores_of(backbone, task, method, passed, time_s, nfe=4, cached=0, refreshes
     return pd.DataFrame({
         "backbone": backbone, "task": task, "method": method, "sample_index": range(n),
         "task_id": [f"{task}/{i}" for i in range(n)], "score": [float(p) for p in passed],
-        "passed": [bool(p) for p in passed], "time_s": time_s if isinstance(time_s, list) else [time_s] * n,
+        "passed": [bool(p) for p in passed], "job_time_s": time_s if isinstance(time_s, list) else [time_s] * n,
         "nfe": nfe, "steps": nfe, "cached_forwards": cached, "refreshes": refreshes,
         "revisions": revisions, "status": ["passed" if p else "failed" for p in passed]})
 
@@ -86,8 +86,8 @@ def test_duplicate_samples_are_refused(tmp_path, campaign_scores):
 
 def test_missing_columns_are_named(tmp_path, campaign_scores):
     path = tmp_path / "a.parquet"
-    campaign_scores.drop(columns=["time_s"]).to_parquet(path)
-    with pytest.raises(ValueError, match="lacks column.*time_s"):
+    campaign_scores.drop(columns=["job_time_s"]).to_parquet(path)
+    with pytest.raises(ValueError, match="lacks column.*job_time_s"):
         summarize([str(path)], "ref", str(tmp_path / "s.parquet"), str(tmp_path / "s.csv"))
 
 
@@ -132,7 +132,7 @@ def test_speedups_also_against_a_second_reference():
     for method, t in (("llada-confidence", 4.0), ("saber", 2.0), ("archer-k8", 1.0)):
         for i in range(2):
             rows.append({"backbone": "b", "task": "t", "method": method, "sample_index": i,
-                         "score": 1.0, "time_s": t, "nfe": 4, "steps": 4, "refreshes": 0,
+                         "score": 1.0, "job_time_s": t, "nfe": 4, "steps": 4, "refreshes": 0,
                          "cached_forwards": 0, "revisions": 0})
     table = summary_table(pd.DataFrame(rows), "llada-confidence", ["saber"]).set_index("method")
     assert table.loc["archer-k8", "speedup"] == 4.0
@@ -146,7 +146,7 @@ def test_quality_on_extended_tests_when_scores_have_them():
     from dlmpipe.analysis.summary import summary_table
 
     rows = [{"backbone": "b", "task": "humaneval_plus", "method": "m", "sample_index": i,
-             "score": 1.0, "plus_passed": i == 0, "time_s": 1.0, "nfe": 4, "steps": 4,
+             "score": 1.0, "plus_passed": i == 0, "job_time_s": 1.0, "nfe": 4, "steps": 4,
              "refreshes": 0, "cached_forwards": 0, "revisions": 0} for i in range(4)]
     table = summary_table(pd.DataFrame(rows), "m")
     assert table.loc[0, "quality"] == 1.0 and table.loc[0, "quality_plus"] == 0.25
@@ -186,13 +186,13 @@ def test_measurement_means_and_quality_standard_error(campaign_scores):
     import math
 
     scores = campaign_scores.assign(generated_length=[3, 5, 8, 0] * 4 + [4, 4] * 3)
-    scores = scores.assign(tps=scores["generated_length"] / scores["time_s"].where(scores["time_s"] > 0),
-                           ttft_s=scores["time_s"] / 4)
+    scores = scores.assign(job_tps=scores["generated_length"] / scores["job_time_s"].where(scores["job_time_s"] > 0),
+                           job_ttft_s=scores["job_time_s"] / 4)
     table = summary_table(scores, "ref").set_index(["task", "method"])
     assert list(summary_table(scores, "ref").columns) == SUMMARY_COLUMNS
     k8 = table.loc[("code", "archer-k8")]  # times 0.5, 0.5, 1.0, 0.0 (the last: no rate)
     assert k8["mean_generated_length"] == 4.0
-    assert not {"mean_tps", "mean_ttft_s", "mean_time_s"} & set(table.columns)
+    assert not {"mean_tps", "mean_ttft_s", "mean_time_s", "job_tps", "job_ttft_s"} & set(table.columns)
     for (task, method), row in table.iterrows():
         p, n = row["quality"], row["n"]
         assert row["quality_se"] == pytest.approx(math.sqrt(p * (1 - p) / n))
@@ -480,6 +480,13 @@ def test_speedups_from_generate_jobs_of_different_environments_are_refused(campa
     scores.loc[moved, "fingerprint"] = with_environment(scores[moved], "EPYC")["fingerprint"]
     with pytest.raises(ValueError, match=r"toy/arith: the speedup of 'twin' over 'ref' would divide"):
         summary_table(scores, "ref")
+
+
+def test_scores_written_before_the_job_time_rename_still_summarize(tmp_path, campaign_scores):
+    path = tmp_path / "old.parquet"
+    campaign_scores.rename(columns={"job_time_s": "time_s"}).to_parquet(path)
+    table = summarize([str(path)], "ref", str(tmp_path / "s.parquet"), str(tmp_path / "s.csv"))
+    assert table.set_index(["task", "method"]).loc[("code", "archer-k8"), "job_time_s"] == pytest.approx(0.5)
 
 
 def test_summarize_warns_of_mixed_environments(tmp_path, campaign_scores, capsys):

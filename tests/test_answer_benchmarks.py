@@ -197,7 +197,7 @@ def test_scores_keep_the_extracted_answer_rule_and_subtask(tmp_path):
     gen = tmp_path / "gen.parquet"
     pq.write_table(pa.table({
         "sample_index": list(range(n)), "task_id": [r["task_id"] for r in rows],
-        "completion": completions, "time_s": [0.1] * n, "backbone": ["b"] * n, "task": ["bbh"] * n,
+        "completion": completions, "job_time_s": [0.1] * n, "backbone": ["b"] * n, "task": ["bbh"] * n,
         "method": ["m"] * n}), gen)
     out = tmp_path / "scores.parquet"
     score_generations(gen, task_file, out)
@@ -209,7 +209,7 @@ def test_scores_keep_the_extracted_answer_rule_and_subtask(tmp_path):
 
 
 def test_summary_quality_by_subtask_and_verdicts_by_rule():
-    base = {"backbone": "b", "task": "bbh", "time_s": 1.0, "nfe": 8, "steps": 8, "refreshes": 0,
+    base = {"backbone": "b", "task": "bbh", "job_time_s": 1.0, "nfe": 8, "steps": 8, "refreshes": 0,
             "cached_forwards": 0, "revisions": 0}
     scores = pd.DataFrame([
         {**base, "method": "m", "sample_index": 0, "score": 1.0, "subtask": "navigate", "extraction_rule": "answer is"},

@@ -66,6 +66,6 @@ def test_ttft_of_real_methods_is_within_the_generation():
 def test_measurement_columns_obey_their_invariants():
     res = DecodeResult(response=torch.zeros(8, dtype=torch.long), time_s=0.25, ttft_s=0.01)
     m = measurements(prompt_len=12, generated=5, res=res)
-    assert m == {"prompt_length": 12, "generated_length": 5, "ttft_s": 0.01, "tps": 20.0}
-    assert m["tps"] * res.time_s == pytest.approx(m["generated_length"])
-    assert measurements(12, 0, res)["tps"] == 0.0
+    assert m == {"prompt_length": 12, "generated_length": 5, "job_ttft_s": 0.01, "job_tps": 20.0}
+    assert m["job_tps"] * res.time_s == pytest.approx(m["generated_length"])
+    assert measurements(12, 0, res)["job_tps"] == 0.0

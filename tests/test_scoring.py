@@ -148,7 +148,7 @@ def _generations(rows: list[dict], completions: list[str], path: Path) -> None:
         "sample_index": list(range(n)), "task_id": [r["task_id"] for r in rows],
         "completion": completions, "token_ids": [[1, 2, 3]] * n, "steps": [8] * n, "nfe": [8] * n,
         "refreshes": [0] * n, "cached_forwards": [0] * n, "revisions": [0] * n,
-        "time_s": [0.1] * n, "device": ["cpu"] * n, "backbone": ["toy"] * n,
+        "job_time_s": [0.1] * n, "device": ["cpu"] * n, "backbone": ["toy"] * n,
         "task": [rows[0]["task_id"].split("/")[0]] * n, "method": ["m"] * n,
         "sampler": ["s"] * n, "cache": ["c"] * n, "params": ["{}"] * n})
     pq.write_table(table, path)

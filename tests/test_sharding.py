@@ -258,7 +258,7 @@ def test_sharded_and_unsharded_runs_decode_the_same_tokens(tmp_path, snakemake, 
     assert [r["sample_index"] for r in got] == list(range(7))
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]
     assert [r["completion"] for r in got] == [r["completion"] for r in want]
-    assert all(r["time_s"] > 0 and r["device"] for r in got)
+    assert all(r["job_time_s"] > 0 and r["device"] for r in got)
     shard_files = sorted((three / target).parent.glob("archer.shards/*.parquet"))
     assert [pq.read_table(f).num_rows for f in shard_files] == [2, 2, 3]
     provenance = json.loads((three / target).with_suffix(".provenance.json").read_text())

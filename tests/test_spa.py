@@ -319,7 +319,7 @@ def test_summary_reports_the_mean_recompute_fraction():
 
     def rows(method, fractions):
         return [{"backbone": "toy", "task": "t", "method": method, "sample_index": i, "score": 1.0,
-                 "time_s": 1.0, "nfe": 4, "steps": 4, "refreshes": 0, "cached_forwards": 3, "revisions": 0,
+                 "job_time_s": 1.0, "nfe": 4, "steps": 4, "refreshes": 0, "cached_forwards": 3, "revisions": 0,
                  "stats": json.dumps({"nfe": 4} if f is None else {"recompute_fraction": f})}
                 for i, f in enumerate(fractions)]
 

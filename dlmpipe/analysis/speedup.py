@@ -175,7 +175,8 @@ def timing_fingerprints(timing: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"timing of {backbone}/{task} mixes environment fingerprints ({listed}): "
                          "speedups need the reference and each method timed in one environment; "
                          "rerun the timing jobs of this backbone and task (snakemake --forcerun "
-                         "time_method, or delete their files under timing/)")
+                         "time_method, or delete their files under timing/); on a cluster, "
+                         "resources.generate.gpu_model keeps them on one kind of GPU")
     out = timing.groupby(GROUP + ["method"], sort=False)["timing_fingerprint"].first().reset_index()
     out["timing_fingerprint"] = out["timing_fingerprint"].replace("unrecorded", "")
     return out

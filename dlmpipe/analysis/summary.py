@@ -51,7 +51,7 @@ OPTIONAL = [*MEASUREMENTS,
             "isolation",  # the sandbox level of each score: the summary lists each row's levels
             "subtask", "extraction_rule",  # answer tasks: quality_by_subtask, verdicts_by_rule
             *ENVIRONMENT_COLUMNS]  # the environment each sample was decoded in
-NEEDED = KEYS + ["sample_index", "score", "time_s", "nfe", "steps", "refreshes",
+NEEDED = KEYS + ["sample_index", "score", "job_time_s", "nfe", "steps", "refreshes",
                  "cached_forwards", "revisions"]
 
 
@@ -68,6 +68,8 @@ def read_scores(paths: list[str | Path]) -> pd.DataFrame:
     frames = []
     for p in paths:
         df = pd.read_parquet(p)
+        if "time_s" in df.columns and "job_time_s" not in df.columns:  # written before the rename
+            df = df.rename(columns={"time_s": "job_time_s"})
         missing = [c for c in NEEDED if c not in df.columns]
         if missing:
             raise ValueError(f"{p}: scores table lacks column(s) {', '.join(missing)}")
@@ -234,7 +236,7 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
     table = pd.DataFrame({
         "quality": g["score"].mean(),
         "n": g["score"].size(),
-        "job_time_s": g["time_s"].mean(),  # the generate job's cost per sample, not a speed
+        "job_time_s": g["job_time_s"].mean(),  # the generate job's cost per sample, not a speed
         "mean_nfe": g["nfe"].mean(),
         "mean_steps": g["steps"].mean(),
         "mean_refreshes": g["refreshes"].mean(),
