@@ -17,7 +17,7 @@ Rules (dlmpipe.campaign applies them and names every problem by its dotted key):
 - A key is a backbone, a task, or ``<backbone>/<task>``; ``*`` stands for any (``dream/*``,
   ``*/mbpp``) and is needed only for a name that is both a backbone and a task.
 - Parameters only, never a sampler or cache name, checked against the method's own entry in
-  dlmpipe/registry.py.
+  dlmpipe/registry/.
 - Overrides and sweeps: an override applies to every point of the method's sweep; it may not
   change a swept parameter (the sweep puts its values in the method names, an override would
   make those names lie), and the name template may not show an overridden parameter.

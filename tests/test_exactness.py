@@ -1,6 +1,6 @@
 """Every cache at its degenerate setting reproduces full recompute, token for token, on both
 backbone families (docs/ARCHITECTURE.md, testing shape); and every registered method is
-importable, registered and paired correctly (dlmpipe/registry.py).
+importable, registered and paired correctly (dlmpipe/registry/).
 
 A new cache adds one row to ``DEGENERATE``; ``test_every_cache_has_a_degenerate_row`` fails
 until it does.

@@ -1,6 +1,6 @@
 """Which checkpoint a backbone is, read without torch: its family and the names it goes by.
 
-Method parameters that follow the backbone (SPA-Cache's ``profile: auto``, dlmpipe/registry.py)
+Method parameters that follow the backbone (SPA-Cache's ``profile: auto``, dlmpipe/registry/)
 are chosen from this when the campaign is checked, before any job runs, so that a generate job's
 params carry the concrete value. Only config.json (plain JSON) and the directory's path are read;
 checkpoint_config.py checks every other field when a job loads the checkpoint.

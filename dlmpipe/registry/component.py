@@ -1,0 +1,103 @@
+"""What a registry entry is: a ``Component`` (one sampler or cache), the logit rows it reads or
+serves, and the declarations of its parameters (JSON schema fragments with a default and a
+description), from which the schema blocks and the checks in derived.py follow. No torch.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+# ------------------------------------------------------------------------------------------
+# logit rows: which response rows get fresh logits at every step
+# ------------------------------------------------------------------------------------------
+#: row sets, widest first; a cache serving a set also serves every narrower one
+ROWS = ("all_rows", "block_rows", "masked_rows")
+ROWS_MEANING = {"all_rows": "every response row (visible ones too)",
+                "block_rows": "the rows of the current block",
+                "masked_rows": "the masked rows of the current block"}
+
+
+def serves(cache_rows: str, sampler_rows: str) -> bool:
+    return ROWS.index(cache_rows) <= ROWS.index(sampler_rows)
+
+
+# ------------------------------------------------------------------------------------------
+# parameter declarations (JSON schema fragments, with their default and description)
+# ------------------------------------------------------------------------------------------
+def integer(default, description: str, minimum: int = 1) -> dict:
+    return {"description": description, "type": "integer", "minimum": minimum, "default": default}
+
+
+def number(default, description: str, minimum: float | None = 0, maximum: float | None = None,
+           exclusive_minimum: bool = False) -> dict:
+    spec: dict = {"description": description, "type": "number", "default": default}
+    if minimum is not None:
+        spec["exclusiveMinimum" if exclusive_minimum else "minimum"] = minimum
+    if maximum is not None:
+        spec["maximum"] = maximum
+    return spec
+
+
+def positive_or_null(default, description: str) -> dict:
+    return {"description": description, "anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}],
+            "default": default}
+
+
+def fraction_or_null(default, description: str) -> dict:
+    return {"description": description,
+            "anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": 1}, {"type": "null"}],
+            "default": default}
+
+
+def choice(values: list, default, description: str) -> dict:
+    return {"description": description, "enum": list(values), "default": default}
+
+
+def seed_or_null(default, description: str) -> dict:
+    return {"description": description, "anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}],
+            "default": default}
+
+
+# ------------------------------------------------------------------------------------------
+# the entries
+# ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Component:
+    """One sampler or cache: everything the pipeline knows about it without importing it."""
+
+    name: str
+    target: str                  # "module:Class", imported on first use
+    description: str
+    rows: str                    # sampler: rows it reads; cache: rows it serves fresh logits for
+    params: dict = field(default_factory=dict)
+    #: artifact kind (e.g. "proxies", a keyword of the constructor) -> whether the component
+    #: needs it, given its filled parameters; the workflow makes the file, the job loads it
+    artifacts: dict[str, Callable[[dict], bool]] = field(default_factory=dict)
+    #: checks of the filled parameters against a task's gen_length; each returns a problem or None
+    checks: tuple[Callable[[dict, int], str | None], ...] = ()
+    #: checks of the filled parameters against the backbone's widths (``widths_problems``)
+    width_checks: tuple[Callable[[dict, object], str | None], ...] = ()
+    #: parameters whose value "auto" is chosen from the backbone: name -> function(filled
+    #: params, backbones.identity.BackboneIdentity) -> the concrete value (ValueError, saying
+    #: why, when none fits); a function may keep "auto" where the parameter is unused
+    auto: dict[str, Callable[[dict, object], object]] = field(default_factory=dict)
+    #: sampler: reads shadow rows (WINO's verification queries, ``Sampler.shadow_block``); cache:
+    #: computes them (``Cache.note_shadow_block``, engine/shadow.py)
+    shadow_rows: bool = False
+    #: cache: keeps a prompt snapshot whose next refresh can be forced or withheld
+    #: (``Cache.force_next``), which the matched-state intervention needs (docs/ANALYSES.md)
+    feedback_intervention: bool = False
+
+    def load(self) -> type:
+        module, _, cls = self.target.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+    def defaults(self) -> dict:
+        return {k: copy.deepcopy(v["default"]) for k, v in self.params.items()}
+
+
+def table(*components: Component) -> dict[str, Component]:
+    """Entries by name, in declaration order (the schema's and the docs' order)."""
+    return {c.name: c for c in components}

@@ -1,0 +1,211 @@
+"""Every sampler, declared once (docs/METHODS.md §1): class, the rows it reads, parameters with
+defaults and ranges, and the checks of its blocks and steps against a task's gen_length.
+
+Adding a sampler: its class in dlmpipe/samplers/, one entry below, one row in the exactness
+table of tests/test_exactness.py.
+"""
+from __future__ import annotations
+
+import math
+
+from .component import (Component, choice, fraction_or_null, integer, number, positive_or_null,
+                        seed_or_null, table)
+
+TEMPERATURE = number(0, "Gumbel noise temperature (0 is greedy)")
+#: LLaDA's blocks and uniform per-block schedule (llada_confidence, random_order)
+LLADA_SCHEDULE = {"block_length": positive_or_null(None, "null means gen_length (one block)"),
+                  "steps": positive_or_null(None, "total steps; null means gen_length"),
+                  "temperature": TEMPERATURE}
+#: Fast-dLLM's block loop (threshold, factor): each block decoded until it has no masks
+PARALLEL_BLOCKS = {"block_length": positive_or_null(32, "null means gen_length (one block); "
+                                                        "Fast-dLLM uses 32"),
+                   "temperature": TEMPERATURE,
+                   "max_steps_per_block": positive_or_null(None, "optional cap; the capped step "
+                                                                 "accepts every remaining mask")}
+
+
+# ------------------------------------------------------------------------------------------
+# checks against a task's generation length (what a schema cannot say)
+# ------------------------------------------------------------------------------------------
+def blocks_tile_response(params: dict, gen_length: int) -> str | None:
+    """LLaDA-style blocks tile the response (block_length null: one block)."""
+    block = params.get("block_length") or gen_length
+    if block > gen_length:
+        return (f"sampler.block_length: {block} is longer than gen_length {gen_length} (null: one "
+                "block of gen_length)")
+    if gen_length % block:
+        return f"sampler.block_length: {block} does not divide gen_length {gen_length}"
+    return None
+
+
+def steps_split_over_blocks(params: dict, gen_length: int) -> str | None:
+    """LLaDA's schedule: total steps split evenly over the blocks."""
+    block = params.get("block_length") or gen_length
+    steps = params.get("steps")
+    if gen_length % block == 0 and steps is not None and steps % (gen_length // block):
+        return (f"sampler.steps: {steps} is not a multiple of the {gen_length // block} blocks "
+                f"(gen_length {gen_length} / block_length {block})")
+    return None
+
+
+#: which confidence of the model's token ranks the masked positions (llada_confidence,
+#: certainty_prior; docs/METHODS.md §1.1)
+CONFIDENCE = choice(["probability", "maskgit_plus", "topk_margin", "entropy"], "probability",
+                    "probability: LLaDA's, the token's softmax probability; as Dream's alg, on "
+                    "softmax(logits / temperature): maskgit_plus the token's probability (equal "
+                    "to probability at temperature 0), topk_margin top-1 minus top-2, entropy "
+                    "the negative entropy")
+
+
+SAMPLERS = table(
+    Component(
+        "llada_confidence", "dlmpipe.samplers.llada_confidence:LLaDAConfidence",
+        "LLaDA low-confidence remasking (blocks, uniform unmasking schedule)", "masked_rows",
+        {**LLADA_SCHEDULE, "confidence": CONFIDENCE},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
+    Component(
+        "saber", "dlmpipe.samplers.saber:Saber",
+        "Saber rollback sampler (adaptive acceptance, drift-based re-masking)", "all_rows",
+        {"n": integer(2, "minimum accepted per step"),
+         "mu": number(2, "rollback divisor", exclusive_minimum=True),
+         "block_length": positive_or_null(None, "null means gen_length (one block)"),
+         "temperature": TEMPERATURE,
+         "max_steps_per_block": integer(1024, "guard against pathological loops: no re-masking "
+                                              "after this many steps of a block")},
+        checks=(blocks_tile_response,)),
+    Component(
+        "threshold", "dlmpipe.samplers.parallel:ThresholdSampler",
+        "Fast-dLLM threshold parallel decoding (per block, looped until it has no masks)",
+        "masked_rows",
+        {"tau": number(0.9, "accept every candidate with confidence >= tau (the most confident "
+                            "always)", maximum=1),
+         **PARALLEL_BLOCKS},
+        checks=(blocks_tile_response,)),
+    Component(
+        "factor", "dlmpipe.samplers.parallel:FactorSampler",
+        "Fast-dLLM factor parallel decoding (per block, looped until it has no masks)",
+        "masked_rows",
+        {"f": number(1.0, "accept the largest sorted prefix n with c_(i) >= 1 - f/(i+1), i = 2..n",
+                     exclusive_minimum=True),
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: the rule above; released: Fast-dLLM's code "
+                        "(get_transfer_index_dynamic), which also accepts the last candidate when "
+                        "only it fails (n = m - 1 of m becomes m)"),
+         **PARALLEL_BLOCKS},
+        checks=(blocks_tile_response,)),
+    Component(
+        "random_order", "dlmpipe.samplers.random_order:RandomOrder",
+        "random decoding order fixed at each block's start, LLaDA's schedule (dKV-Cache greedy)",
+        "masked_rows",
+        {**LLADA_SCHEDULE,
+         "order_seed": seed_or_null(None, "null: orders drawn from the sample's generator; an "
+                                          "integer: from a generator seeded with it at each "
+                                          "sample's start, so every sample gets the same block "
+                                          "orders (the released dKV-Cache code seeds 42)")},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
+    Component(
+        "dream", "dlmpipe.samplers.dream:DreamSampler",
+        "Dream's native sampler: no blocks, schedule linspace(1, eps, steps + 1), masked positions "
+        "anywhere in the response unmasked by confidence (alg)", "masked_rows",
+        {"steps": positive_or_null(None, "total steps; null means gen_length"),
+         "eps": {"description": "final time of the schedule linspace(1, eps, steps + 1)",
+                 "type": "number", "minimum": 0, "exclusiveMaximum": 1, "default": 1e-3},
+         "alg": choice(["origin", "maskgit_plus", "topk_margin", "entropy"], "origin",
+                       "origin: each mask unmasked with probability 1 - s/t; maskgit_plus, "
+                       "topk_margin, entropy: the floor(m (1 - s/t)) most confident masks by "
+                       "probability, top-1 minus top-2 margin, or negative entropy"),
+         "temperature": number(0, "divides the logits; > 0 samples the token, 0 takes the most "
+                                  "probable"),
+         "top_p": fraction_or_null(None, "nucleus filter before the softmax; null: none"),
+         "top_k": positive_or_null(None, "keep the k largest logits; null: all"),
+         "alg_temp": {"description": "null or 0: the most confident masks; > 0: drawn without "
+                                     "replacement with probabilities softmax(confidence / alg_temp)",
+                      "anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}],
+                      "default": None}}),
+    Component(
+        "certainty_prior", "dlmpipe.samplers.certainty_prior:CertaintyPriorSampler",
+        "certainty-prior decoding (d2Cache): LLaDA's schedule, masked positions ranked by "
+        "confidence x Gaussian density of the decoded positions around them", "masked_rows",
+        {**LLADA_SCHEDULE, "confidence": CONFIDENCE,
+         "sigma": {"description": "width of the Gaussian certainty density (d2Cache's default "
+                                  "10; smaller: closer to left to right; inf: a constant prior, "
+                                  "equal to llada_confidence)",
+                   "anyOf": [{"type": "number", "exclusiveMinimum": 0},
+                             {"enum": ["inf", math.inf]}],
+                   "default": 10.0}},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
+    Component(
+        "pc_sampler", "dlmpipe.samplers.pc_sampler:PCSampler",
+        "PC-Sampler: LLaDA's schedule, masked positions ranked by exp(-lambd * offset in the "
+        "block) x min(p * -log f(token), alpha), f a reference corpus's token frequencies",
+        "masked_rows",
+        {**LLADA_SCHEDULE,
+         "lambd": number(0.25, "position-aware weight exp(-lambd * offset) (released 0.25; 0: "
+                               "no position bias)"),
+         "alpha": number(10, "clip of the calibrated confidence (released 10)",
+                         exclusive_minimum=True),
+         "baseline_name": {"description": "reference corpus JSON (the released format: "
+                                          "num_token, p_baseline_dict) for the calibration, "
+                                          "tokenized by the backbone's tokenizer; null: no "
+                                          "calibration (min(p, alpha)). The released default, "
+                                          "PC-Sampler's data/baseline/reference_corpus.json "
+                                          "(LLaDA's tokenizer), is not shipped",
+                           "anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}],
+                           "default": None}},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
+    Component(
+        "wino", "dlmpipe.samplers.wino:Wino",
+        "WINO revokable decoding: per block, wide-in unmasks every mask with confidence >= wide_in, "
+        "narrow-out re-masks decoded tokens whose shadow-block verification is < narrow_out",
+        "masked_rows",
+        {"wide_in": number(0.6, "unmask every masked position of the block with confidence >= "
+                                "wide_in (the most confident always; WINO's released default 0.6, "
+                                "0.5-0.8 per task)", maximum=1),
+         "narrow_out": number(0.9, "re-mask decoded tokens whose verification confidence is < "
+                                   "narrow_out, at most (unmasked this step) - 1 (released 0.9; 0 "
+                                   "never re-masks)", maximum=1),
+         "block_length": positive_or_null(128, "null means gen_length (one block); WINO uses 128"),
+         "temperature": TEMPERATURE,
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: the rule above over the whole block; released: d2Cache's WINO, "
+                        "which caps wide-in at clamp(floor(0.7 m), 5, 20) and narrows the "
+                        "verification window in place to the span of the positions masked at "
+                        "every earlier step")},
+        checks=(blocks_tile_response,), shadow_rows=True),
+    Component(
+        "eb_sampler", "dlmpipe.samplers.eb_sampler:EBSampler",
+        "EB-Sampler: per block, unmask the largest prefix of the masked positions (sorted by an "
+        "error proxy) whose entropies sum, minus their maximum, to at most gamma", "masked_rows",
+        {"gamma": number(0.001, "entropy budget: sum of the accepted entropies minus their maximum "
+                                "(0: one token per step; the d2Cache release's default 0.001)"),
+         "error_proxy": choice(["entropy", "confidence", "margin"], "entropy",
+                               "order of the candidates: entropy (ascending), confidence "
+                               "(probability of the token) or margin (top-1 minus top-2), "
+                               "descending"),
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: sum - max <= gamma; released: the d2Cache code, sum minus the "
+                        "last entropy in order (equal under the entropy ordering)"),
+         "block_length": positive_or_null(32, "null means gen_length (one block); the d2Cache "
+                                              "release defaults to 32"),
+         "temperature": TEMPERATURE},
+        checks=(blocks_tile_response,)),
+    Component(
+        "klass", "dlmpipe.samplers.klass:KLASS",
+        "KLASS: unmask the block's masked positions whose last history_length step-to-step KL "
+        "divergences are below kl_threshold and whose confidence is above conf_threshold; none "
+        "ready: LLaDA's top-k by confidence", "all_rows",
+        {"conf_threshold": number(0.9, "ready only with confidence (probability of the token) "
+                                       "above this", maximum=1),
+         "kl_threshold": number(0.01, "ready only when every recorded KL is below this"),
+         "history_length": integer(2, "how many recent step-to-step KLs must be below "
+                                      "kl_threshold"),
+         "unmask_strategy": choice(["all", "max_conf", "min_kl", "random"], "all",
+                                   "which ready positions a step unmasks: all, or the one with the "
+                                   "highest confidence, the lowest KL, or one at random"),
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: the rule above; released: the LLaDA release, where nothing is ready "
+                        "in a block's first history_length - 1 steps and, at temperature > 0, "
+                        "confidence and KL come from the Gumbel-perturbed softmax"),
+         **LLADA_SCHEDULE},
+        checks=(blocks_tile_response, steps_split_over_blocks)),
+)
