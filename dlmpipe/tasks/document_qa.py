@@ -40,7 +40,7 @@ def load_pubmedqa_test(source: str | None = None, base_source: str | None = None
     truth = read_json("pubmedqa_test", src)
     if not isinstance(truth, dict) or not all(v in PUBMEDQA_LABELS for v in truth.values()):
         raise ValueError(f"pubmedqa_test: malformed data file {src}: expected PMID -> yes/no/maybe")
-    base = resolve_source("pubmedqa", base_source)
+    base = resolve_source("pubmedqa", base_source, "base_source")
     questions = _pubmedqa_questions("pubmedqa_test", base)
     missing = [pmid for pmid in truth if pmid not in questions]
     if missing:

@@ -125,11 +125,11 @@ def _mmlu_pro_shots(src, fewshot: int, fewshot_source: str | None) -> dict[str, 
     if not fewshot:
         return {}
     if fewshot_source:
-        val = resolve_source("mmlu_pro_validation", fewshot_source)
+        val = resolve_source("mmlu_pro_validation", fewshot_source, "fewshot_source")
     elif isinstance(src, str):
         val = src  # a dataset id: its validation split
     else:
-        val = resolve_source("mmlu_pro_validation", None)
+        val = resolve_source("mmlu_pro_validation", None, "fewshot_source")
     records = _mmlu_pro_rows("mmlu_pro", val, read_records("mmlu_pro", val, "validation"))
     by_category: dict[str, list[dict]] = {}
     for r in records:

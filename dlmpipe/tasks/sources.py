@@ -3,8 +3,10 @@ or dataset ids.
 
 Without ``source`` a loader looks for its usual file names (``DEFAULT_FILES``, the upstream
 release's name first) in ``$DLMPIPE_DATA_DIR`` and then in ``../shared/data`` (from the working
-directory and from the repository). A missing or malformed file is a
-``FileNotFoundError``/``ValueError`` naming the file.
+directory and from the repository). A missing file is a ``DataNotFound`` (a
+``FileNotFoundError``) naming the option and every path looked at, a malformed one a
+``ValueError`` naming the file. The campaign check finds missing files before any job
+(``benchmarks.missing_data``).
 """
 from __future__ import annotations
 
@@ -39,23 +41,40 @@ DEFAULT_FILES: dict[str, tuple[str, ...]] = {
 }
 
 
-def resolve_source(task: str, source: str | None) -> str | Path:
-    """A local path, or a dataset id (returned as a string) when no such file exists."""
+class DataNotFound(FileNotFoundError):
+    """A benchmark's data file is missing: the one its option ``key`` names (``given``), or, with
+    the option unset, every default file at every path ``looked`` at."""
+
+    def __init__(self, task: str, key: str, given: Path | None = None, looked: tuple = ()):
+        self.task, self.key, self.given, self.looked = task, key, given, tuple(looked)
+        super().__init__(f"{task}: {self.problem(f'the task option {key}')}")
+
+    def problem(self, setting: str) -> str:
+        """What is missing and how to give it; ``setting`` names the option to set."""
+        if self.given is not None:
+            return f"data file not found: {self.given}"
+        return (f"no data file given and none found (looked at "
+                f"{', '.join(map(str, self.looked))}); set {setting}, or {DATA_ENV} to a "
+                "directory holding one")
+
+
+def resolve_source(task: str, source: str | None, key: str = "source") -> str | Path:
+    """A local path, or a dataset id (returned as a string) when no such file exists; without
+    ``source`` the first default file (``DEFAULT_FILES[task]``) found. DataNotFound names the
+    option ``key`` that gives the file."""
     if source:
         path = Path(source).expanduser()
         if path.exists():
             return path
-        if _looks_like_dataset_id(str(source)):
+        if looks_like_dataset_id(str(source)):
             return str(source)
-        raise FileNotFoundError(f"{task}: data file not found: {path}")
+        raise DataNotFound(task, key, given=path)
     names = DEFAULT_FILES[task]
     for d in data_dirs():
         for name in names:
             if (d / name).exists():
                 return (d / name).resolve()
-    looked = ", ".join(str(d / name) for d in data_dirs() for name in names)
-    raise FileNotFoundError(f"{task}: no data file given and none found (looked at {looked}); "
-                            f"pass options.source or set {DATA_ENV}")
+    raise DataNotFound(task, key, looked=[d / name for d in data_dirs() for name in names])
 
 
 def read_records(task: str, source: str | Path, split: str = "test") -> list[dict]:
@@ -106,16 +125,17 @@ def require(task: str, source, row: dict, keys: Iterable[str], n: int) -> None:
 
 
 def data_dirs() -> list[Path]:
-    """Where loaders look for a default file: $DLMPIPE_DATA_DIR, then ../shared/data."""
+    """Where loaders look for a default file: $DLMPIPE_DATA_DIR, then ../shared/data from the
+    working directory and from the repository (resolved, each once)."""
     dirs = []
     if os.environ.get(DATA_ENV):
-        dirs.append(Path(os.environ[DATA_ENV]))
+        dirs.append(Path(os.environ[DATA_ENV]).expanduser())
     repo = Path(__file__).resolve().parents[2]
     dirs += [Path.cwd() / ".." / "shared" / "data", repo / ".." / "shared" / "data"]
-    return dirs
+    return list(dict.fromkeys(d.resolve() for d in dirs))
 
 
-def _looks_like_dataset_id(s: str) -> bool:
+def looks_like_dataset_id(s: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", s) is not None \
         and not s.endswith((".json", ".jsonl", ".gz", ".csv", ".parquet"))
 
