@@ -86,9 +86,25 @@ def allowed_keys(schema: dict, sub: dict, instance: dict) -> list[str]:
     return keys
 
 
+BOUND_VALIDATORS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+
+
+def out_of_range(error: jsonschema.ValidationError) -> bool:
+    """A number outside its bounds (of one alternative of an anyOf/oneOf whose type it has)."""
+    inst = error.instance
+    if isinstance(inst, bool) or not isinstance(inst, (int, float)):
+        return False
+    if error.validator in BOUND_VALIDATORS:
+        return True
+    return error.validator in ("anyOf", "oneOf") and any(
+        e.validator in BOUND_VALIDATORS for e in error.context or ())
+
+
 def explain(error: jsonschema.ValidationError, schema: dict) -> list[str]:
     """One line per problem, each starting with the dotted key it is about."""
     key, v, inst, sub = dotted(error.absolute_path), error.validator, error.instance, error.schema
+    if out_of_range(error) and (limits := registry.bounds(sub)):
+        return [f"{key}: {inst!r} is out of range: must be {limits}"]
     if v in ("additionalProperties", "unevaluatedProperties"):
         allowed = allowed_keys(schema, sub, inst)
         # keys of an if/then branch that failed on another key count as unevaluated: skip them
