@@ -24,11 +24,15 @@ shell.prefix("set -euo pipefail; export PYTHONPATH={DLMPIPE_SRC:q}${{PYTHONPATH:
              + ("export PATH={PYTHON_BIN:q}:$PATH; " if PYTHON_BIN else ""))
 
 from dlmpipe.campaign import Campaign
+from dlmpipe.campaign.files import read_campaign_file
 
 
 # A campaign given with --configfile replaces the default one instead of being merged into it
-# (a merge would keep the default's methods and tasks).
+# (a merge would keep the default's methods and tasks). Its YAML syntax is checked before
+# Snakemake reads it (profiles/default); the default's here (ConfigError naming line and column).
 if not workflow.overwrite_configfiles:
+    if os.path.isfile("config.yaml"):
+        read_campaign_file("config.yaml")
 
     configfile: "config.yaml"
 

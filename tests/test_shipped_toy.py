@@ -103,7 +103,9 @@ def test_changed_weights_or_pins_rerun_everything_decoded_with_them(tmp_path, sn
                                                                   write_config):
     """prepare_backbone's inputs are the shipped files and its params the pins: touching a
     weight file (a new checkout of other weights) or changing a pin reruns the manifest and all
-    that decoded with it; an unchanged campaign reruns nothing."""
+    that decoded with it; an unchanged campaign reruns nothing. A pin the files on disk do not
+    match stops the plan before any job (the campaign hashes them), naming the backbone, the file
+    and both hashes, and loses nothing."""
     tiny_config["backbones"] = {"toy": {"shipped": "toy", "sha256": read_record("toy")["sha256"]}}
     config = write_config(tiny_config, tmp_path / "shipped.yaml")
     proc = snakemake(tmp_path, "-n", "-p", configfile=config)
@@ -113,12 +115,18 @@ def test_changed_weights_or_pins_rerun_everything_decoded_with_them(tmp_path, sn
     downstream = {job for job in scheduled(snakemake(tmp_path, "-n", "--forceall", configfile=config).stdout)
                   if job[0] not in ("prepare_task",)}
 
-    repinned = dict(tiny_config["backbones"]["toy"]["sha256"], **{"model-00001-of-00002.safetensors": "f" * 64})
+    shard = TOY / "model-00001-of-00002.safetensors"
+    actual = tiny_config["backbones"]["toy"]["sha256"][shard.name]
+    repinned = dict(tiny_config["backbones"]["toy"]["sha256"], **{shard.name: "f" * 64})
     tiny_config["backbones"]["toy"]["sha256"] = repinned
     changed = write_config(tiny_config, tmp_path / "repinned.yaml")
-    assert scheduled(snakemake(tmp_path, "-n", configfile=changed).stdout) == downstream
+    finished = sorted(p for p in (tmp_path / "results").rglob("*"))
+    proc = snakemake(tmp_path, "-n", configfile=changed, check=False)
+    assert proc.returncode != 0 and not scheduled(proc.stdout)
+    assert (f"backbones.toy.sha256: {shard}: sha256 mismatch: expected {'f' * 64}, actual {actual}"
+            in proc.stdout + proc.stderr)
+    assert sorted(p for p in (tmp_path / "results").rglob("*")) == finished
 
-    shard = TOY / "model-00001-of-00002.safetensors"
     st = shard.stat()
     try:
         os.utime(shard, ns=(st.st_atime_ns, time.time_ns() + 10**12))  # newer than every output
@@ -126,6 +134,22 @@ def test_changed_weights_or_pins_rerun_everything_decoded_with_them(tmp_path, sn
     finally:
         os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert scheduled(snakemake(tmp_path, "-n", configfile=config).stdout) == set()
+
+    # new weights with their pins: a copy of the shipped toy as a `path:` checkpoint
+    other = tmp_path / "other"
+    shutil.copytree(TOY, other)
+    pinned = {"toy": {"path": str(other), "sha256": read_record("toy")["sha256"]}}
+    tiny_config["backbones"] = pinned
+    moved = write_config(tiny_config, tmp_path / "moved.yaml")
+    fake_finished_run(tmp_path, moved)
+    before = {job for job in scheduled(snakemake(tmp_path, "-n", "--forceall", configfile=moved).stdout)
+              if job[0] not in ("prepare_task",)}
+    weights = bytearray((other / shard.name).read_bytes())
+    weights[-1] ^= 1
+    (other / shard.name).write_bytes(bytes(weights))
+    pinned["toy"]["sha256"] = {**pinned["toy"]["sha256"], shard.name: weight_sha256(other)[shard.name]}
+    repinned = write_config(tiny_config, tmp_path / "new-weights.yaml")
+    assert scheduled(snakemake(tmp_path, "-n", configfile=repinned).stdout) == before
 
 
 def same_kernels(recorded: dict, here: dict) -> list[str]:

@@ -1,0 +1,5 @@
+import sys
+
+from .show import main
+
+sys.exit(main())

@@ -1,0 +1,59 @@
+"""The campaign's tasks: each loads a registered benchmark (its name, or its ``benchmark:``), with
+options that benchmark's loader takes and the data files it reads present.
+
+Names are checked on the raw config, before the schema, so that an unknown benchmark is the
+first problem reported (and the schema's complaints about that task's keys are left out: they
+mean nothing for a benchmark that does not exist).
+"""
+from __future__ import annotations
+
+from ..tasks.registry import TASKS, loader_options
+
+#: keys every task takes besides its loader's options
+COMMON_KEYS = ["limit", "ids", "gen_length", "benchmark"]
+
+
+def benchmark_of(name: str, options) -> object:
+    return options.get("benchmark", name) if isinstance(options, dict) else name
+
+
+def unknown_tasks(config: dict) -> dict[str, str]:
+    """Task name -> its problem, for the tasks whose benchmark is not registered (on the config
+    as written: before the schema, whatever else is wrong)."""
+    tasks = config.get("tasks") if isinstance(config, dict) else None
+    if not isinstance(tasks, dict):
+        return {}
+    known = ", ".join(sorted(TASKS))
+    out = {}
+    for name, options in tasks.items():
+        benchmark = benchmark_of(name, options)
+        if not isinstance(benchmark, str) or not benchmark:
+            continue  # the schema says what a benchmark name must be
+        if benchmark not in TASKS:
+            out[name] = (f"tasks.{name}.benchmark: unknown benchmark {benchmark!r}; known: {known}"
+                         if isinstance(options, dict) and "benchmark" in options else
+                         f"tasks.{name}: unknown task; known tasks: {known} (another name loads "
+                         "one of them with `benchmark:`)")
+    return out
+
+
+def task_problems(config: dict, check_data: bool = True) -> list[str]:
+    """Options the benchmark's loader does not take (its signature: a typo), and, with
+    ``check_data``, the data files it would not find (``tasks.benchmarks.DATA``)."""
+    from ..tasks.benchmarks import missing_data
+
+    problems = []
+    for name, options in config["tasks"].items():
+        benchmark = benchmark_of(name, options)
+        if benchmark not in TASKS:
+            continue  # reported by unknown_tasks
+        known = loader_options(benchmark) + COMMON_KEYS
+        bad = [key for key in options if key not in known]
+        problems += [f"tasks.{name}.{key}: task {benchmark!r} takes no option {key!r} (its "
+                     f"options: {', '.join(known)})" for key in bad]
+        if check_data and not bad:
+            loader = {k: v for k, v in options.items() if k not in COMMON_KEYS}
+            for need, missing in missing_data(benchmark, loader):
+                key = f"tasks.{name}.{need.key}"
+                problems.append(f"{key}: {missing if isinstance(missing, str) else missing.problem(key)}")
+    return problems
