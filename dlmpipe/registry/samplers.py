@@ -31,8 +31,7 @@ def blocks_tile_response(params: dict, gen_length: int) -> str | None:
     """LLaDA-style blocks tile the response (block_length null: one block)."""
     block = params.get("block_length") or gen_length
     if block > gen_length:
-        return (f"sampler.block_length: {block} is longer than gen_length {gen_length} (null: one "
-                "block of gen_length)")
+        return f"sampler.block_length: {block} is longer than gen_length {gen_length}"
     if gen_length % block:
         return f"sampler.block_length: {block} does not divide gen_length {gen_length}"
     return None
