@@ -25,7 +25,16 @@ shell.prefix("set -euo pipefail; export PYTHONPATH={DLMPIPE_SRC:q}${{PYTHONPATH:
 
 from dlmpipe.campaign import Campaign
 from dlmpipe.campaign.files import read_campaign_file
+from dlmpipe.preflight import slurm_preflight, snakemake_arguments
 
+# SLURM pre-flight (dlmpipe/preflight.py): with the cluster profile and no SLURM commands on PATH,
+# stop here, before any job, saying what is missing and how to run here instead (a dry run
+# plans, with the same words as a warning).
+if (preflight := slurm_preflight(snakemake_arguments(), sys.argv[1:])):
+    level, message = preflight
+    if level == "error":
+        raise WorkflowError(message)
+    logger.warning(message)
 
 # A campaign given with --configfile replaces the default one instead of being merged into it
 # (a merge would keep the default's methods and tasks). Its YAML syntax is checked before

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up dlmpipe in ./.venv: PyTorch, the package with its test extras, and the sandbox tool;
-# on a SLURM login node (sbatch on PATH) also the Snakemake profile `slurm`
+# on every machine also the Snakemake profile `slurm`
 # (scripts/slurm-profile.sh). Idempotent: reruns only do what is missing. Override the
 # interpreter with PYTHON=..., the PyTorch requirement with TORCH_SPEC=... (default
 # torch==2.13.0: the CPU build where the machine provides it, the CUDA build from PyPI on a GPU
@@ -50,8 +50,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# SLURM login node: `snakemake --profile slurm` finds profiles/slurm (an existing profile named
-# slurm, the user's or the site's, is left as it is; the script then says how to use ours)
-if command -v sbatch >/dev/null 2>&1; then
-  PYTHON=$VENV/bin/python bash scripts/slurm-profile.sh
-fi
+# On every machine, `snakemake --profile slurm` finds profiles/slurm (an existing profile named
+# slurm, the user's or the site's, is left as it is; the script then says how to use ours). Where
+# SLURM's commands are missing, a run with it stops before any job, saying how to run here.
+PYTHON=$VENV/bin/python bash scripts/slurm-profile.sh

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Make `snakemake --profile slurm` use this checkout's profiles/slurm (README: "Running on a SLURM
-# cluster"). `make setup` runs this where `sbatch` is on PATH; run it yourself otherwise.
+# Make `snakemake --profile slurm` use this checkout's profiles/slurm (docs/CLUSTER.md). `make
+# setup` runs this on every machine, so that the command finds the profile everywhere; where
+# SLURM's commands are not on PATH the workflow then stops before any job and says how to run
+# the campaign locally (dlmpipe/preflight.py).
 #
 # Snakemake looks a profile name up in the working directory, then in the user's profile
 # directory ($XDG_CONFIG_HOME/snakemake, usually ~/.config/snakemake), then in the site's

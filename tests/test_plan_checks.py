@@ -136,12 +136,9 @@ def test_a_drift_rank_above_the_value_projection_is_refused(tiny_config):
 
 def test_a_block_longer_than_gen_length_is_refused(tiny_config):
     tiny_config["methods"]["llada-confidence"]["sampler"]["block_length"] = 16
-    found = problems(tiny_config)
-    assert len(found) == 2  # one per task: each has gen_length 8
-    for line, task in zip(found, ("toy_code", "toy_arith")):
-        assert line.startswith("methods.llada-confidence.sampler.block_length: 16 is longer than "
-                               "gen_length 8")
-        assert line.endswith(f"(method llada-confidence, tasks.{task}.gen_length)")
+    assert problems(tiny_config) == [  # one per task: each has gen_length 8
+        "methods.llada-confidence.sampler.block_length: 16 is longer than gen_length 8 (method "
+        f"llada-confidence, tasks.{task}.gen_length)" for task in ("toy_code", "toy_arith")]
 
 
 def test_a_toys_heads_divide_its_width_and_its_defaults_are_train_toys(tiny_config):

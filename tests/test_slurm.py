@@ -155,9 +155,20 @@ def test_setup_makes_profile_slurm_dlmpipes(tmp_path):
                           cwd=workdir, env={**env, "DLMPIPE_SLURM_PARTITION": "cpuq"},
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Using profile slurm" in proc.stdout + proc.stderr
+    # "Using profiles slurm and workflow specific profile .../profiles/default" (files.py)
+    assert re.search(r"Using profiles? slurm\b", proc.stdout + proc.stderr)
     jobs = [r for rule, r in job_resources(proc.stdout) if rule == "generate"]
     assert jobs and all(r["slurm_partition"] == "cpuq" for r in jobs)
+
+
+def test_setup_makes_the_profile_step_on_every_machine():
+    """scripts/setup.sh runs slurm-profile.sh unconditionally (not only where sbatch is on PATH),
+    so that `--profile slurm` is found everywhere and says, without SLURM, how to run here."""
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    calls = [line for line in setup.splitlines() if "scripts/slurm-profile.sh" in line
+             and not line.lstrip().startswith("#")]
+    assert calls == ["PYTHON=$VENV/bin/python bash scripts/slurm-profile.sh"]  # top level: no if
+    assert "command -v sbatch" not in setup
 
 
 @pytest.mark.parametrize("where", ["user", "site"])
@@ -172,6 +183,84 @@ def test_setup_never_replaces_or_shadows_a_slurm_profile(tmp_path, where):
     # no user link in front of the site's profile either
     assert not (tmp_path / "user" / "snakemake" / "slurm").is_symlink()
     assert f"already exists ({theirs})" in proc.stdout and "--profile profiles/slurm" in proc.stdout
+
+
+# ---- without SLURM: the pre-flight (dlmpipe/preflight.py) ---------------------------------------
+def without_slurm(tmp_path: Path) -> dict:
+    """The environment with a PATH that has this interpreter's directory and the few tools
+    Snakemake and the plugin call (which, bash, sh), and none of SLURM's commands."""
+    from dlmpipe.preflight import SLURM_COMMANDS
+
+    tools = tmp_path / "bin"
+    tools.mkdir(exist_ok=True)
+    for tool in ("which", "bash", "sh"):
+        (tools / tool).symlink_to(shutil.which(tool))
+    path = os.pathsep.join([str(tools), str(Path(sys.executable).parent)])
+    assert not any(shutil.which(c, path=path) for c in SLURM_COMMANDS)
+    return {**os.environ, "PATH": path}
+
+
+def ran_no_job(proc: subprocess.CompletedProcess, workdir: Path) -> bool:
+    return (not re.search(r"^(local)?rule \w+:", proc.stdout, re.M)
+            and not (workdir / "results").exists())
+
+
+def test_without_slurm_the_profile_stops_before_any_job_saying_how_to_run_here(tmp_path):
+    env = without_slurm(tmp_path)
+    config = CONFIGS / "tiny.yaml"
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
+                           "--cores", "2", "--profile", str(PROFILE), "--configfile", str(config)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert (f"SLURM pre-flight: --profile {PROFILE} submits the jobs to SLURM (executor slurm), but "
+            "sbatch, squeue, sacct, scontrol, scancel and sinfo are not on PATH") in out
+    assert "Nothing was run." in out
+    assert (f"To run the campaign on this machine instead: snakemake -s {REPO / 'Snakefile'} "
+            f"--cores 2 --configfile {config}  (or: make campaign)") in out
+    assert ran_no_job(proc, tmp_path)
+
+
+def test_without_slurm_the_verbatim_profile_slurm_is_found_and_stops(tmp_path):
+    """`snakemake --cores 2 --profile slurm` verbatim, from the repository root, after setup's
+    profile step (which runs on every machine): the pre-flight, not "no profile.yaml found"."""
+    link_profile(profile_dirs(tmp_path))
+    env = {**profile_dirs(tmp_path), "PATH": without_slurm(tmp_path)["PATH"]}
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--profile", "slurm"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "no profile.yaml" not in out
+    assert "SLURM pre-flight: --profile slurm submits the jobs to SLURM" in out
+    assert "To run the campaign on this machine instead: snakemake --cores 2  (or: make campaign)" in out
+    assert not re.search(r"^(local)?rule \w+:", proc.stdout, re.M)
+
+
+def test_without_slurm_a_dry_run_plans_and_warns(tmp_path):
+    proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), configfile=CONFIGS / "tiny.yaml",
+                         env=without_slurm(tmp_path))
+    out = proc.stdout + proc.stderr
+    assert "are not on PATH" in out and "A run stops here, before any job; this dry run only plans." in out
+    assert "generate" in job_resources_rules(proc.stdout) and not (tmp_path / "results").exists()
+
+
+def test_with_slurms_commands_on_path_there_is_no_preflight_message(tmp_path):
+    from dlmpipe.preflight import SLURM_COMMANDS
+
+    env = without_slurm(tmp_path)
+    fake = tmp_path / "slurm-bin"
+    fake.mkdir()
+    for command in SLURM_COMMANDS:  # never run by a dry run
+        (fake / command).write_text("#!/bin/sh\nexit 1\n")
+        (fake / command).chmod(0o755)
+    env["PATH"] = os.pathsep.join([str(fake), env["PATH"]])
+    proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), configfile=CONFIGS / "tiny.yaml",
+                         env=env)
+    assert "SLURM pre-flight" not in proc.stdout + proc.stderr
+    assert "generate" in job_resources_rules(proc.stdout)
+
+
+def job_resources_rules(stdout: str) -> set[str]:
+    return {rule for rule, _ in job_resources(stdout)}
 
 
 # ---- a real cluster -----------------------------------------------------------------------------

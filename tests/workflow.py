@@ -34,13 +34,14 @@ REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None),
 
 
 def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None,
-                  check: bool = True) -> subprocess.CompletedProcess:
-    """Run this repository's workflow in ``workdir`` (its own .snakemake and results)."""
+                  check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run this repository's workflow in ``workdir`` (its own .snakemake and results), in
+    ``env`` (default: this process's environment)."""
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
            "--directory", str(workdir), *args]
     if configfile is not None:
         cmd += ["--configfile", str(configfile)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
