@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up dlmpipe in ./.venv: PyTorch, the package with its test extras, and the sandbox tool;
+# Set up dlmpipe in ./.venv: PyTorch, the package with its test extras, the sandbox tool and
+# (as root) headless chromium for the report's browser test;
 # on every machine also the Snakemake profile `slurm`
 # (scripts/slurm-profile.sh). Idempotent: reruns only do what is missing. Override the
 # interpreter with PYTHON=..., the PyTorch requirement with TORCH_SPEC=... (default
@@ -29,6 +30,16 @@ if ! command -v bwrap >/dev/null 2>&1 || [ ! -x /usr/bin/python3 ]; then
          "bubblewrap'); until then scoring refuses to run unless the campaign opts in to the" \
          "weaker isolation ('sandbox: process' in config.yaml, docs/SCORING.md)"
   fi
+fi
+
+# Chromium, headless: only the test that opens the `snakemake --report` page in a browser
+# (tests/test_report_browser.py) uses it; it skips, saying why, where chromium is missing.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing chromium with apt-get (the report's browser test)"
+  log=$(mktemp)
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) >"$log" 2>&1 \
+    || { tail -n 5 "$log" >&2; echo "setup: warning: apt-get could not install chromium; the report's browser test will skip"; }
+  rm -f "$log"
 fi
 
 pip_install() {

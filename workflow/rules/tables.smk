@@ -17,9 +17,9 @@ if TABLES:
                     f"{R}/tables/{name}.html",
                     caption="../report/tables.rst",
                     category="Paper tables",
-                    labels={"table": name, "style": spec["style"]},
+                    labels={"table": name},  # one label: see report.smk
                 )
-                for name, spec in TABLES.items()
+                for name in TABLES
             ],
         params:
             out_dir=lambda w, output: os.path.dirname(output.csv[0]),
@@ -56,8 +56,9 @@ rule plot_sweeps:
                 )
             ],
             caption="../report/sweeps.rst",
-            category="Pareto fronts",
-            labels={"backbone": "{backbone}", "task": "{task}", "figure": "sweep of {base}"},
+            category="Sweeps",
+            subcategory="{backbone}",
+            labels={"sweep": "{base} on {task}"},  # one label: see report.smk
         ),
     params:
         sweeps=in_campaign_order(SWEEPS),
