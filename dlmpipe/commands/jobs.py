@@ -180,12 +180,28 @@ def _summarize(a: argparse.Namespace) -> None:
         from ..analysis.isolation import write_isolation_note
 
         write_isolation_note(table, a.out_isolation)
+    if a.out_html:
+        from ..analysis.report_html import write_summary_html
+
+        write_summary_html(table, a.out_html)
 
 
 def _plot(a: argparse.Namespace) -> None:
     from ..analysis.plots import plot_pareto
 
     plot_pareto(a.summary, a.out_dir)
+
+
+def _headline(a: argparse.Namespace) -> None:
+    from ..analysis.report_html import write_headline_html
+
+    write_headline_html(a.summary, a.plots, a.out)
+
+
+def _csv_page(a: argparse.Namespace) -> None:
+    from ..analysis.report_html import write_csv_page
+
+    write_csv_page(a.title, a.csv, a.out)
 
 
 def _tables(a: argparse.Namespace) -> None:
@@ -413,12 +429,28 @@ def register(sub) -> None:
     s.add_argument("--out-csv", required=True)
     s.add_argument("--out-isolation", default="", help="HTML page for the report: the rows "
                    "scored under a sandbox weaker than bubblewrap, or the all-clear")
+    s.add_argument("--out-html", default="", help="the summary as an HTML page for the report "
+                   "(headline columns first, the device and sandbox level that ran)")
     s.set_defaults(func=_summarize)
 
     s = sub.add_parser("plot", help="quality-vs-speedup Pareto plots per (backbone, task)")
     s.add_argument("--summary", required=True)
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=_plot)
+
+    s = sub.add_parser("headline", help="the report's landing page: the summary and every Pareto "
+                       "plot in one HTML file (plots embedded)")
+    s.add_argument("--summary", required=True, help="summary.parquet")
+    s.add_argument("--plots", required=True, help="the directory of the Pareto plots")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=_headline)
+
+    s = sub.add_parser("csv-page", help="CSV tables as one HTML page for the report (which shows "
+                       "HTML, but offers CSV only as a download)")
+    s.add_argument("--title", required=True)
+    s.add_argument("--csv", nargs="+", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=_csv_page)
 
     s = sub.add_parser("tables", help="paper-style tables (Archer, SPA-Cache) from the summary: "
                        "{name}.csv, .md and .html per table")
