@@ -63,11 +63,6 @@ class Decode:
     full: int
     rows: float
 
-    @property
-    def full_forwards(self) -> float:
-        """Its work in full forwards."""
-        return self.rows / (self.prompt + self.gen_length)
-
     def flops(self, parameters: float) -> float:
         return 2.0 * parameters * self.rows
 
