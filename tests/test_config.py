@@ -152,10 +152,15 @@ def test_jobs_see_the_schema_defaults_of_the_one_validation_pass(tmp_path, snake
     """The Snakefile validates once (Campaign) and its jobs get the nested defaults it filled,
     inside the methods map and the registry's sampler/cache blocks."""
     proc = snakemake(tmp_path, "-n", "-p", configfile=CONFIGS / "tiny.yaml")
-    planned = {m["name"]: m for m in map(json.loads, re.findall(r"--method '(\{.*?\})'", proc.stdout))}
+    generate = [line for line in proc.stdout.splitlines() if "dlmpipe generate " in line]
+    planned = {m["name"]: m for m in map(json.loads, re.findall(r"--method '(\{.*?\})'", "\n".join(generate)))}
     campaign = Campaign(copy.deepcopy(tiny_config))
     for name in campaign.methods:
         assert planned[name] == campaign.method(name, "toy_code", "toy")
+    # the timing jobs get the same method, with its batch size for their throughput pass
+    timed = [line for line in proc.stdout.splitlines() if "dlmpipe time-method " in line]
+    for m in map(json.loads, re.findall(r"--method '(\{.*?\})'", "\n".join(timed))):
+        assert m == {**campaign.method(m["name"], "toy_code", "toy"), "batch_size": "auto"}
     assert planned["archer-k1"]["cache"] == {"name": "archer", "K": 1, "refresh": "distance", "A": 8}
 
 
