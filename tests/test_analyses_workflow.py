@@ -16,7 +16,11 @@ import yaml
 
 from dlmpipe.campaign import Campaign, ConfigError
 
+from .browser import chromium_or_skip_reason
+from .report_pages import walk_report
 from .workflow import CONFIGS, REPO, REPORT_JOBS, fake_finished_run, scheduled, timing_jobs
+
+CHROMIUM, NO_CHROMIUM = chromium_or_skip_reason()
 
 TINY = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
 TARGET = ("toy", "toy_code", "archer-kinf")
@@ -148,12 +152,19 @@ def test_a_method_change_reruns_its_analyses_too(finished, snakemake):
 
 
 # ---- a real run ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def analysed_run(tmp_path_factory, snakemake) -> Path:
+    """A real run of the tiny campaign with every analysis (its config: config.yaml there)."""
+    workdir = tmp_path_factory.mktemp("analysed-run")
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(with_analyses(ANALYSES), sort_keys=False))
+    snakemake(workdir, "--cores", "2", configfile=path)
+    return workdir
+
+
 @pytest.mark.slow
-def test_tiny_campaign_with_every_analysis(tmp_path, snakemake):
-    config = with_analyses(ANALYSES)
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    snakemake(tmp_path, "--cores", "2", configfile=path)
+def test_tiny_campaign_with_every_analysis(analysed_run, snakemake):
+    tmp_path, path = analysed_run, analysed_run / "config.yaml"
     root = tmp_path / "results" / "analyses"
 
     shadow = root / "shadow" / "toy" / "toy_code" / "archer-kinf"
@@ -196,3 +207,27 @@ def test_tiny_campaign_with_every_analysis(tmp_path, snakemake):
     snakemake(tmp_path, "--report", "report.html", configfile=path)
     html = (tmp_path / "report.html").read_text(errors="replace")
     assert "Mechanism analyses" in html
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_the_analyses_open_in_the_report_in_a_browser(analysed_run, snakemake, tmp_path):
+    """Each analysis target is a subcategory of "Mechanism analyses" whose tables open as one
+    HTML page (its CSV tables) and whose figures open as images, with no console error
+    (tests/test_report_browser.py walks the rest of the report the same way)."""
+    snakemake(analysed_run, "--report", str(tmp_path / "report.html"),
+              configfile=analysed_run / "config.yaml")
+    walked = walk_report(tmp_path / "report.html", tmp_path / "downloads", binary=CHROMIUM)
+    assert walked["errors"] == []
+    shown = walked["pages"]["Mechanism analyses"]
+    tables = {"shadow": 3, "intervention": 2, "drift": 1}  # the CSV tables of each analysis
+    figures = {"shadow": {"figure"}, "intervention": {"figure"},
+               "drift": {"similarity figure", "drift-share figure"}}
+    expected = {"shadow: archer-kinf on toy / toy_code", "intervention: archer-kinf on toy / toy_code",
+                "drift: llada-confidence on toy / toy_code"}
+    assert set(shown) == expected
+    for subcategory, results in shown.items():
+        kind = subcategory.split(":")[0]
+        assert set(results) == {"tables"} | figures[kind]
+        assert results["tables"]["kind"] == "html" and results["tables"]["tables"] == tables[kind]
+        assert all(results[f]["kind"] == "img" and results[f]["loaded"] for f in figures[kind])

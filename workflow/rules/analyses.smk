@@ -2,7 +2,8 @@
 # `analyses:` section names, a job that runs the model with a probe or an intervention, then a
 # local job that makes the tables and figures. Everything lives under analyses/{analysis}/ and
 # no main generate or score job depends on it: adding an analysis reruns nothing else, and an
-# analysis option reruns only the jobs that read it.
+# analysis option reruns only the jobs that read it. The report shows each target's figures and
+# tables.html, its CSV tables as one page (the report offers a CSV only as a download).
 
 wildcard_constraints:
     branch="fresh|cached",
@@ -51,11 +52,10 @@ rule shadow_analysis:
         trajectory=rules.shadow_probe.output.trajectory,
         generations=f"{GENERATIONS}.parquet",
     output:
-        bins=report_item(f"{SHADOW}/bins.csv", "shadow", "shadow", "disagreement by distance"),
-        correlations=report_item(f"{SHADOW}/correlations.csv", "shadow", "shadow",
-                                 "partial Spearman correlations"),
-        reproduction=report_item(f"{SHADOW}/reproduction.csv", "shadow", "shadow",
-                                 "main trajectory reproduced"),
+        bins=f"{SHADOW}/bins.csv",
+        correlations=f"{SHADOW}/correlations.csv",
+        reproduction=f"{SHADOW}/reproduction.csv",
+        page=report_item(f"{SHADOW}/tables.html", "shadow", "shadow", "tables"),
         figure=report_item(f"{SHADOW}/disagreement.png", "shadow", "shadow", "figure"),
     params:
         bins=lambda w: as_json(option("shadow", "bins")(w)),
@@ -66,10 +66,12 @@ rule shadow_analysis:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlmpipe shadow-analysis --probes {input.probes} --trajectory {input.trajectory}"
+        "{{ python -m dlmpipe shadow-analysis --probes {input.probes} --trajectory {input.trajectory}"
         " --generations {input.generations} --bins {params.bins:q} --label {params.label:q}"
         " --out-bins {output.bins} --out-correlations {output.correlations}"
-        " --out-reproduction {output.reproduction} --out-figure {output.figure} > {log} 2>&1"
+        " --out-reproduction {output.reproduction} --out-figure {output.figure} &&"
+        " python -m dlmpipe csv-page --title {params.label:q} --csv {output.bins}"
+        " {output.correlations} {output.reproduction} --out {output.page}; }} > {log} 2>&1"
 
 
 # ---- Archer: matched-state feedback intervention --------------------------------------------
@@ -137,10 +139,9 @@ rule intervention_analysis:
         fresh=f"{INTERVENTION}/fresh.scores.parquet",
         cached=f"{INTERVENTION}/cached.scores.parquet",
     output:
-        branches=report_item(f"{INTERVENTION}/branches.csv", "intervention", "intervention",
-                             "per branch"),
-        paired=report_item(f"{INTERVENTION}/paired.csv", "intervention", "intervention",
-                           "paired counts"),
+        branches=f"{INTERVENTION}/branches.csv",
+        paired=f"{INTERVENTION}/paired.csv",
+        page=report_item(f"{INTERVENTION}/tables.html", "intervention", "intervention", "tables"),
         figure=report_item(f"{INTERVENTION}/intervention.png", "intervention", "intervention",
                            "figure"),
     params:
@@ -152,10 +153,11 @@ rule intervention_analysis:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlmpipe intervention-analysis --pairs {input.pairs} --fresh-scores {input.fresh}"
+        "{{ python -m dlmpipe intervention-analysis --pairs {input.pairs} --fresh-scores {input.fresh}"
         " --cached-scores {input.cached} --follow {params.follow} --label {params.label:q}"
         " --out-table {output.branches} --out-paired {output.paired}"
-        " --out-figure {output.figure} > {log} 2>&1"
+        " --out-figure {output.figure} && python -m dlmpipe csv-page --title {params.label:q}"
+        " --csv {output.branches} {output.paired} --out {output.page}; }} > {log} 2>&1"
 
 
 # ---- SPA-Cache: per-layer drift profile ----------------------------------------------------
@@ -195,7 +197,8 @@ rule drift_analysis:
     input:
         rules.drift_profile.output,
     output:
-        layers=report_item(f"{DRIFT}/layers.csv", "drift", "drift", "per layer"),
+        layers=f"{DRIFT}/layers.csv",
+        page=report_item(f"{DRIFT}/tables.html", "drift", "drift", "tables"),
         similarity=report_item(f"{DRIFT}/similarity.png", "drift", "drift", "similarity figure"),
         share=report_item(f"{DRIFT}/drift_share.png", "drift", "drift", "drift-share figure"),
     params:
@@ -208,6 +211,8 @@ rule drift_analysis:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "python -m dlmpipe drift-analysis --records {input} --tau {params.tau}"
+        "{{ python -m dlmpipe drift-analysis --records {input} --tau {params.tau}"
         " --profile {params.profile:q} --label {params.label:q} --out-table {output.layers}"
-        " --out-similarity {output.similarity} --out-share {output.share} > {log} 2>&1"
+        " --out-similarity {output.similarity} --out-share {output.share} &&"
+        " python -m dlmpipe csv-page --title {params.label:q} --csv {output.layers}"
+        " --out {output.page}; }} > {log} 2>&1"

@@ -203,9 +203,10 @@ def analysis_label(w):
 
 def analysis_outputs(wildcards=None):
     """Every table and figure the campaign's analyses produce (rule all)."""
-    files = {"shadow": ["bins.csv", "correlations.csv", "reproduction.csv", "disagreement.png"],
-             "intervention": ["branches.csv", "paired.csv", "intervention.png"],
-             "drift": ["layers.csv", "similarity.png", "drift_share.png"]}
+    files = {"shadow": ["bins.csv", "correlations.csv", "reproduction.csv", "tables.html",
+                        "disagreement.png"],
+             "intervention": ["branches.csv", "paired.csv", "tables.html", "intervention.png"],
+             "drift": ["layers.csv", "tables.html", "similarity.png", "drift_share.png"]}
     return [f"{ANALYSES}/{kind}/{b}/{t}/{m}/{name}"
             for kind, names in files.items()
             for b, t, m in CAMPAIGN.analysis_targets(kind)
@@ -213,6 +214,7 @@ def analysis_outputs(wildcards=None):
 
 
 def report_item(path, kind, caption, name):
+    # a subcategory per target, one label (report.smk: Snakemake's toggles)
     return report(path, caption=f"../report/{caption}.rst", category="Mechanism analyses",
-                  subcategory=kind, labels={"backbone": "{backbone}", "task": "{task}",
-                                            "method": "{method}", "output": name})
+                  subcategory=f"{kind}: {{method}} on {{backbone}} / {{task}}",
+                  labels={"output": name})
