@@ -204,7 +204,8 @@ def test_report_before_a_run_names_the_missing_result(ran, campaign):
     naming the file (not a complaint about cores)."""
     proc = ran[(campaign, "report")]
     assert proc.returncode != 0
-    assert "results/summary.csv marked for report but does not exist" in proc.stdout + proc.stderr
+    assert re.search(r"results/summary\.(csv|html) marked for report but does not exist",
+                     proc.stdout + proc.stderr)
     assert "number of cores" not in proc.stdout + proc.stderr
 
 
