@@ -12,21 +12,19 @@ repository of a Hugging Face cache snapshot (``models--GSAI-ML--LLaDA-1.5/snapsh
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import CheckpointError, read_json
+from .families import FAMILY_OF_MODEL_TYPE, family_of
 
-class CheckpointError(ValueError):
-    """A checkpoint directory that cannot be loaded; the message names the problem and file."""
-
-
-FAMILY_OF_MODEL_TYPE = {"llada": "llada", "dream": "dream", "qwen2": "dream"}  # compared lower-case
+__all__ = ["FAMILY_OF_MODEL_TYPE", "TOY", "BackboneIdentity", "CheckpointError", "checkpoint_identity",
+           "checkpoint_names", "family_of", "read_json"]
 
 
 @dataclass(frozen=True)
 class BackboneIdentity:
-    """A backbone's family (``llada`` | ``dream``) and checkpoint names (may be empty)."""
+    """A backbone's family (a name of ``families.FAMILIES``) and checkpoint names (may be empty)."""
 
     family: str
     names: tuple[str, ...] = ()
@@ -35,26 +33,6 @@ class BackboneIdentity:
     def describe(self) -> str:
         names = f", checkpoint {' / '.join(self.names)}" if self.names else ""
         return f"{self.source or 'backbone'} ({self.family} family{names})"
-
-
-def read_json(file: Path, what: str) -> dict:
-    try:
-        raw = json.loads(Path(file).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{file}: {what} is not valid JSON ({e})") from e
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{file}: {what} must be a JSON object, got {type(raw).__name__}")
-    return raw
-
-
-def family_of(raw: dict, cfg_file: Path) -> str:
-    """The family of a config.json's ``model_type`` (CheckpointError when unsupported)."""
-    model_type = raw.get("model_type")
-    family = FAMILY_OF_MODEL_TYPE.get(model_type.lower()) if isinstance(model_type, str) else None
-    if family is None:
-        raise CheckpointError(f"{cfg_file}: unknown model_type {model_type!r} "
-                              f"(supported: llada for LLaDA, Dream or qwen2 for Dream/DiffuCoder)")
-    return family
 
 
 def checkpoint_names(path: Path, raw: dict) -> tuple[str, ...]:

@@ -3,52 +3,29 @@
 A prompt is a user turn, an optional system turn, and an optional ``response_prefix``: text
 placed after the assistant header, so the response is a continuation of it (how Saber, and
 Archer after it, prompt code tasks: the model continues an opened code block). The chat text
-comes from the tokenizer's own template when the checkpoint ships one, else from the template
-strings of docs/MODELS.md; it is tokenized with ``add_special_tokens=False`` because
-the template already holds every special token.
+comes from the tokenizer's own template when the checkpoint ships one, else from the family's
+template string (docs/MODELS.md; ``Family.chat_template``); it is tokenized with
+``add_special_tokens=False`` because the template already holds every special token.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .chat import ChatPrompt, messages
+from .families import family as family_named
+from .families.llada import chat_template as llada_template
+from .families.qwen import DEFAULT_SYSTEM_PROMPT
+from .families.qwen import qwen25_template as qwen_template
 
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."  # Qwen2.5's, used by Dream and DiffuCoder
-
-
-@dataclass(frozen=True)
-class ChatPrompt:
-    user: str
-    response_prefix: str = ""
-    system: str | None = None
-
-
-def _messages(p: ChatPrompt) -> list[dict]:
-    return ([{"role": "system", "content": p.system}] if p.system else []) + [{"role": "user", "content": p.user}]
-
-
-def llada_template(p: ChatPrompt) -> str:
-    """LLaDA-8B-Instruct (Llama-3 headers, contents stripped as its template does)."""
-    turns = "".join(f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content'].strip()}<|eot_id|>"
-                    for m in _messages(p))
-    return "<|startoftext|>" + turns + "<|start_header_id|>assistant<|end_header_id|>\n\n"
-
-
-def qwen_template(p: ChatPrompt) -> str:
-    """Qwen2.5 (Dream, DiffuCoder): a system turn always, the default one when none is given."""
-    system = p.system or DEFAULT_SYSTEM_PROMPT
-    return (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{p.user}<|im_end|>\n"
-            f"<|im_start|>assistant\n")
-
-
-FALLBACK_TEMPLATES = {"llada": llada_template, "dream": qwen_template}
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "ChatPrompt", "chat_ids", "chat_text", "humaneval_prompt",
+           "llada_template", "mbpp_problem", "mbpp_prompt", "qwen_template"]
 
 
 def chat_text(tokenizer, family: str, prompt: str | ChatPrompt) -> str:
     """The full prompt text: chat template with a generation prompt, then the response prefix."""
     p = prompt if isinstance(prompt, ChatPrompt) else ChatPrompt(user=prompt)
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(_messages(p), tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(messages(p), tokenize=False, add_generation_prompt=True)
     else:
-        text = FALLBACK_TEMPLATES[family](p)
+        text = family_named(family).chat_template(p)
     return text + p.response_prefix
 
 

@@ -8,36 +8,32 @@ from __future__ import annotations
 from pathlib import Path
 
 from .checkpoint_config import CheckpointError, _read_json, _unique, read_config
+from .families import family as family_named
 from .model import BackboneConfig
-
-# Special tokens by name (their ids always come from the checkpoint's own files).
-MASK_TOKENS = {"llada": ["<|mdm_mask|>"], "dream": ["<|mask|>"]}
-STOP_TOKENS = {"llada": ["<|endoftext|>", "<|eot_id|>"],
-               "dream": ["<|endoftext|>", "<|im_end|>", "<|dlm_pad|>"]}
-PAD_TOKENS = {"llada": [], "dream": ["<|dlm_pad|>"]}  # DiffuCoder pads its answers with <|dlm_pad|>
 
 
 def load_tokenizer(path: Path, family: str | None = None):
     """The checkpoint's tokenizer, without remote code.
 
-    LLaDA ships a fast ``tokenizer.json``. Dream/DiffuCoder name a remote-code ``DreamTokenizer``
-    that is a Qwen2 byte-level BPE over vocab.json + merges.txt, so transformers' own Qwen2
-    tokenizer reads those files; the added tokens (``<|mask|>``, ...) come from
-    tokenizer_config.json / added_tokens.json and are checked to land on their declared ids.
+    LLaDA ships a fast ``tokenizer.json``. The Qwen-based families (``Family.bpe_tokenizer``;
+    Dream/DiffuCoder name a remote-code ``DreamTokenizer``) are a Qwen2 byte-level BPE over
+    vocab.json + merges.txt, so transformers' own Qwen2 tokenizer reads those files; the added
+    tokens (``<|mask|>``, ...) come from tokenizer_config.json / added_tokens.json and are checked
+    to land on their declared ids.
     """
     import transformers
 
     path = Path(path)
-    family = family or read_config(path).family
+    bpe = family_named(family or read_config(path).family).bpe_tokenizer
     has_bpe = (path / "vocab.json").is_file() and (path / "merges.txt").is_file()
     has_fast = (path / "tokenizer.json").is_file()
-    if family == "dream" and has_bpe:
+    if bpe and has_bpe:
         cls = getattr(transformers, "Qwen2TokenizerFast", None) or transformers.Qwen2Tokenizer
         file = path / "vocab.json"
     elif has_fast:
         cls, file = transformers.PreTrainedTokenizerFast, path / "tokenizer.json"
     else:
-        want = "vocab.json + merges.txt (or tokenizer.json)" if family == "dream" else "tokenizer.json"
+        want = "vocab.json + merges.txt (or tokenizer.json)" if bpe else "tokenizer.json"
         raise CheckpointError(f"{path}: tokenizer missing (expected {want})")
     try:
         tok = cls.from_pretrained(str(path), local_files_only=True)
@@ -93,18 +89,18 @@ def resolve_special_ids(cfg: BackboneConfig, tok, path: Path) -> BackboneConfig:
     DiffuCoder's ``<|dlm_pad|>``). Pad: DiffuCoder's ``<|dlm_pad|>``, else config.json's
     ``pad_token_id``, else the tokenizer's pad, else the first stop id.
     """
-    fam = cfg.family
+    fam = family_named(cfg.family)
     if tok is not None:
         if cfg.mask_id is None:
             cfg.mask_id = tok.mask_token_id if getattr(tok, "mask_token", None) else None
-        for name in MASK_TOKENS[fam]:
+        for name in fam.mask_tokens:
             cfg.mask_id = cfg.mask_id if cfg.mask_id is not None else _token_id(tok, name)
-        cfg.stop_ids = _unique(cfg.stop_ids + [tok.eos_token_id] + [_token_id(tok, n) for n in STOP_TOKENS[fam]])
-        pads = [_token_id(tok, n) for n in PAD_TOKENS[fam]] + [cfg.pad_id, tok.pad_token_id]
+        cfg.stop_ids = _unique(cfg.stop_ids + [tok.eos_token_id] + [_token_id(tok, n) for n in fam.stop_tokens])
+        pads = [_token_id(tok, n) for n in fam.pad_tokens] + [cfg.pad_id, tok.pad_token_id]
         cfg.pad_id = next((p for p in pads if p is not None), None)
     if cfg.mask_id is None:
         raise CheckpointError(f"{path / 'config.json'}: no mask token id (no mask_token_id field and no "
-                              f"{' / '.join(MASK_TOKENS[fam])} in the tokenizer)")
+                              f"{' / '.join(fam.mask_tokens)} in the tokenizer)")
     if not cfg.stop_ids:
         raise CheckpointError(f"{path / 'config.json'}: no stop token id (no eos_token_id and no tokenizer eos)")
     if cfg.pad_id is None:

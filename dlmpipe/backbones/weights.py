@@ -13,7 +13,9 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint_config import CheckpointError, _read_json
+from .errors import CheckpointError
+from .errors import read_json as _read_json
+from .families import family
 from .model import Backbone, BackboneConfig
 
 SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
@@ -25,36 +27,7 @@ IGNORED_KEY_SUFFIXES = ("rotary_emb.inv_freq",)
 
 def checkpoint_key_map(cfg: BackboneConfig) -> dict[str, str]:
     """Checkpoint key -> native parameter name, for the family's exact on-disk names."""
-    m: dict[str, str] = {}
-    if cfg.family == "llada":
-        t = "model.transformer."
-        m[t + "wte.weight"] = "embed.weight"
-        m[t + "ln_f.weight"] = "final_norm.weight"
-        m[t + "ff_out.weight"] = "head.weight"
-        # Naming trap: ff_proj is the gate, up_proj the up projection, the block's ff_out the down.
-        names = {"attn_norm": "attn_norm", "q_proj": "q_proj", "k_proj": "k_proj",
-                 "v_proj": "v_proj", "attn_out": "attn_out", "ff_norm": "ff_norm",
-                 "ff_proj": "ff_gate", "up_proj": "ff_up", "ff_out": "ff_down"}
-        for i in range(cfg.n_layers):
-            for src, dst in names.items():
-                m[f"{t}blocks.{i}.{src}.weight"] = f"blocks.{i}.{dst}.weight"
-            if cfg.qkv_bias:
-                for p in ("q_proj", "k_proj", "v_proj"):
-                    m[f"{t}blocks.{i}.{p}.bias"] = f"blocks.{i}.{p}.bias"
-    else:
-        m["model.embed_tokens.weight"] = "embed.weight"
-        m["model.norm.weight"] = "final_norm.weight"
-        m["lm_head.weight"] = "head.weight"
-        names = {"input_layernorm": "attn_norm", "self_attn.q_proj": "q_proj",
-                 "self_attn.k_proj": "k_proj", "self_attn.v_proj": "v_proj",
-                 "self_attn.o_proj": "attn_out", "post_attention_layernorm": "ff_norm",
-                 "mlp.gate_proj": "ff_gate", "mlp.up_proj": "ff_up", "mlp.down_proj": "ff_down"}
-        for i in range(cfg.n_layers):
-            for src, dst in names.items():
-                m[f"model.layers.{i}.{src}.weight"] = f"blocks.{i}.{dst}.weight"
-            for p in ("q_proj", "k_proj", "v_proj"):
-                m[f"model.layers.{i}.self_attn.{p}.bias"] = f"blocks.{i}.{p}.bias"
-    return m
+    return family(cfg.family).key_map(cfg)
 
 
 @dataclass(frozen=True)
