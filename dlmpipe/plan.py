@@ -89,15 +89,16 @@ class Size:
 
 
 def parameters(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, mlp_hidden: int,
-               vocab_size: int, qkv_bias: bool) -> int:
-    """Parameters of the native model (backbones/model.py: embedding, untied head, final norm;
-    per layer two norms, Q/K/V (biased in Dream's family), output and SwiGLU projections);
-    tests/test_cli.py holds it to the model's own count."""
-    hd = d_model // n_heads
+               vocab_size: int, qkv_bias: bool, head_dim: int | None = None, qk_norm: bool = False,
+               tied: bool = False) -> int:
+    """Parameters of the native model (backbones/model.py: embedding, head unless tied, final
+    norm; per layer two norms, Q/K/V (biased in Dream's family; per-head q/k norms in SDAR's),
+    output and SwiGLU projections); tests/test_cli.py holds it to the model's own count."""
+    hd = head_dim or d_model // n_heads
     q, kv = n_heads * hd, n_kv_heads * hd
     layer = (2 * d_model + d_model * (q + 2 * kv) + (q + 2 * kv) * qkv_bias + q * d_model
-             + 3 * d_model * mlp_hidden)
-    return 2 * vocab_size * d_model + d_model + n_layers * layer
+             + 3 * d_model * mlp_hidden + 2 * hd * qk_norm)
+    return (1 + (not tied)) * vocab_size * d_model + d_model + n_layers * layer
 
 
 def backbone_size(campaign, backbone: str) -> Size | None:
@@ -124,7 +125,8 @@ def backbone_size(campaign, backbone: str) -> Size | None:
 
         c = read_fields(path)
         n = parameters(c["d_model"], c["n_layers"], c["n_heads"], c["n_kv_heads"],
-                       c["mlp_hidden"], c["vocab_size"], c["qkv_bias"])
+                       c["mlp_hidden"], c["vocab_size"], c["qkv_bias"], c.get("attn_head_dim"),
+                       c.get("qk_norm", False), c.get("tie_embeddings", False))
         identity = TOY if "shipped" in spec else checkpoint_identity(path)
         return Size(n, c["n_layers"], identity, str(path / "config.json"),
                     char_tokens="shipped" in spec)

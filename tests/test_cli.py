@@ -216,6 +216,13 @@ def test_parameters_are_the_native_models():
         with torch.device("meta"):
             model = Backbone(cfg)
         assert plan.parameters(64, 3, 4, 2, 96, 300, bias) == sum(p.numel() for p in model.parameters())
+    for tied in (False, True):  # SDAR's layout: a head width of its own, per-head q/k norms
+        cfg = BackboneConfig("sdar", 64, 3, 4, 2, 96, 300, 10000.0, 1e-6, False, 0, attn_head_dim=32,
+                             qk_norm=True, tie_embeddings=tied, block_size=4)
+        with torch.device("meta"):
+            model = Backbone(cfg)
+        assert plan.parameters(64, 3, 4, 2, 96, 300, False, 32, True, tied) == sum(
+            p.numel() for p in model.parameters())
     record = read_record("toy")  # train_toy counted its own model
     o = record["options"]
     assert plan.parameters(o["d_model"], o["n_layers"], o["n_heads"], o["n_heads"], o["mlp_hidden"],

@@ -54,10 +54,11 @@ class Widths:
     n_heads: int
     n_kv_heads: int
     source: str = ""  # where they were read, for messages
+    attn_head_dim: int | None = None  # when config.json sets a head width (SDAR: 128 at width 2560)
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.attn_head_dim or self.d_model // self.n_heads
 
     @property
     def value_rank(self) -> int:
@@ -70,4 +71,4 @@ def read_widths(path: Path) -> Widths:
     """A checkpoint directory's widths, from config.json (CheckpointError naming the field)."""
     fields = read_fields(path)
     return Widths(fields["d_model"], fields["n_heads"], fields["n_kv_heads"],
-                  str(Path(path) / "config.json"))
+                  str(Path(path) / "config.json"), fields.get("attn_head_dim"))

@@ -1,4 +1,4 @@
-"""Load a local Hugging Face checkpoint directory (LLaDA or Dream/DiffuCoder family) natively.
+"""Load a local Hugging Face checkpoint directory of any registered family natively (families/).
 
 Everything is checked before a single weight is materialized (config fields, tokenizer, shards
 present, safetensors headers, key set, shapes), so a bad checkpoint gives one ``CheckpointError``
@@ -116,6 +116,9 @@ def load_backbone(path: str | Path, dtype: str | torch.dtype = "float32",
     with torch.device("meta"):
         model = Backbone(cfg)
     plan = plan_reads(model, checkpoint_key_map(cfg), shard_files(path), path)
-    model.load_state_dict(read_tensors(plan, torch_dtype, device), assign=True, strict=True)
+    state = read_tensors(plan, torch_dtype, device)
+    if cfg.tie_embeddings:  # one tensor, both names (the checkpoint stores it once)
+        state["head.weight"] = state["embed.weight"]
+    model.load_state_dict(state, assign=True, strict=True)
     model.eval().requires_grad_(False)
     return LoadedBackbone(model=model, tokenizer=tokenizer, path=path)

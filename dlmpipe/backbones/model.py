@@ -1,9 +1,10 @@
-"""Native bidirectional transformer shared by the LLaDA and Dream/Qwen2 families.
+"""Native transformer shared by every backbone family (dlmpipe/backbones/families/).
 
 One module, written as the math reads (gpt-fast style). The caching engine never calls
 ``forward`` on partial inputs; it composes the per-layer primitives below (norms, projections,
 RoPE at explicit positions, attention over explicit key/value rows, FFN) so that every cache
-works on every family.
+works on every family. The attention pattern is the backbone's: bidirectional, or block-causal
+(``BackboneConfig.block_size``; ``attention_mask`` says which keys a query row sees).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from torch import Tensor, nn
 
 @dataclass
 class BackboneConfig:
-    family: str  # "llada" | "dream"
+    family: str  # a name of families.FAMILIES
     d_model: int
     n_layers: int
     n_heads: int
@@ -30,10 +31,16 @@ class BackboneConfig:
     stop_ids: list[int] = field(default_factory=list)
     pad_id: int | None = None
     logit_shift: bool = False  # Dream: logits for token j come from row j-1
+    attn_head_dim: int | None = None  # per-head width when not d_model / n_heads (Qwen3: 128)
+    qk_norm: bool = False  # RMSNorm over each query/key head before RoPE (Qwen3, SDAR)
+    tie_embeddings: bool = False  # the LM head is the embedding matrix
+    #: None: bidirectional attention; n: block-causal over blocks of n positions (position // n),
+    #: bidirectional inside a block (SDAR, Fast-dLLM v2; docs/MODELS.md)
+    block_size: int | None = None
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.attn_head_dim or self.d_model // self.n_heads
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -77,6 +84,9 @@ class Block(nn.Module):
         self.k_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias)
         self.attn_out = nn.Linear(cfg.n_heads * hd, d, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.norm_eps)
+            self.k_norm = RMSNorm(hd, cfg.norm_eps)
         self.ff_norm = RMSNorm(d, cfg.norm_eps)
         self.ff_gate = nn.Linear(d, cfg.mlp_hidden, bias=False)
         self.ff_up = nn.Linear(d, cfg.mlp_hidden, bias=False)
@@ -101,6 +111,8 @@ class Backbone(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
         self._rope_cache: dict[torch.device, Tensor] = {}  # inverse frequencies per device
 
     # ---- primitives -------------------------------------------------------------------
@@ -143,12 +155,17 @@ class Backbone(nn.Module):
         return self.blocks[layer].attn_norm(h)
 
     def queries(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-        """RoPE'd query heads ``[B, H, T, hd]`` of normed rows (``rope`` from ``self.rope``)."""
-        return self.apply_rope(self.split_heads(linear(self.blocks[layer].q_proj, normed), self.cfg.n_heads), *rope)
+        """RoPE'd query heads ``[B, H, T, hd]`` of normed rows (``rope`` from ``self.rope``;
+        q_norm first where the family has it)."""
+        block = self.blocks[layer]
+        q = self.split_heads(linear(block.q_proj, normed), self.cfg.n_heads)
+        return self.apply_rope(block.q_norm(q) if self.cfg.qk_norm else q, *rope)
 
     def keys(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-        """RoPE'd key heads ``[B, Hkv, T, hd]`` of normed rows."""
-        return self.apply_rope(self.split_heads(linear(self.blocks[layer].k_proj, normed), self.cfg.n_kv_heads), *rope)
+        """RoPE'd key heads ``[B, Hkv, T, hd]`` of normed rows (k_norm first where the family has it)."""
+        block = self.blocks[layer]
+        k = self.split_heads(linear(block.k_proj, normed), self.cfg.n_kv_heads)
+        return self.apply_rope(block.k_norm(k) if self.cfg.qk_norm else k, *rope)
 
     def values(self, layer: int, normed: Tensor) -> Tensor:
         """Value heads ``[B, Hkv, T, hd]`` of normed rows."""
@@ -178,6 +195,16 @@ class Backbone(nn.Module):
         b, h, t, hd = o.shape
         return o.transpose(1, 2).reshape(b, t, h * hd)
 
+    def attention_mask(self, q_positions: Tensor, k_positions: Tensor) -> Tensor | None:
+        """Which keys each query row sees, for ``attend``: None (every key) on a bidirectional
+        backbone; on a block-causal one bool ``[Tq, Tk]``, True where the key's block
+        (``position // block_size``, blocks counted from position 0 as the releases do) is not
+        after the query's: finished blocks and the query's own block, never a later one."""
+        n = self.cfg.block_size
+        if n is None:
+            return None
+        return (k_positions[None, :] // n) <= (q_positions[:, None] // n)
+
     def attention_probs(self, q: Tensor, k: Tensor) -> Tensor:
         """Head-averaged attention probabilities ``[B, Tq, Tk]`` (float32) of query rows over
         explicit key rows: ``softmax(q k^T / sqrt(hd))`` as ``attend`` applies it, the mean over
@@ -202,21 +229,24 @@ class Backbone(nn.Module):
         return linear(self.head, self.final_norm(h)).float()
 
     # ---- full forward -----------------------------------------------------------------
-    def layer(self, layer: int, h: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        """One full block over all rows (``rope`` from ``self.rope`` of their positions, computed
-        once per forward); returns the new hidden states and this layer's K/V."""
+    def layer(self, layer: int, h: Tensor, rope: tuple[Tensor, Tensor],
+              mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """One full block over all rows (``rope`` from ``self.rope`` of their positions, ``mask``
+        from ``attention_mask``, both computed once per forward); returns the new hidden states
+        and this layer's K/V."""
         q, k, v = self.qkv(layer, h, rope)
-        h = h + self.attn_output(layer, self.attend(q, k, v))
+        h = h + self.attn_output(layer, self.attend(q, k, v, mask))
         h = h + self.ffn(layer, h)
         return h, k, v
 
     def hidden_states(self, input_ids: Tensor, shadow=None) -> Tensor:
         """Final hidden rows ``[B, N, d]`` (before the final norm) of a full forward. ``shadow``
         (an ``engine.shadow.ShadowRows``) advances its extra query rows over each layer's K/V."""
-        rope = self.rope(torch.arange(input_ids.shape[1], device=input_ids.device))
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        rope, mask = self.rope(positions), self.attention_mask(positions, positions)
         h = self.embed(input_ids)
         for i in range(self.cfg.n_layers):
-            h, k, v = self.layer(i, h, rope)
+            h, k, v = self.layer(i, h, rope, mask)
             if shadow is not None:
                 shadow.layer(i, k, v)
         return h
@@ -224,10 +254,11 @@ class Backbone(nn.Module):
     def hidden_states_storing_kv(self, input_ids: Tensor, kv, shadow=None) -> Tensor:
         """A full forward that also writes every layer's K/V into a preallocated
         ``engine.kv.KVBuffer`` of all rows (in place); returns the final hidden rows."""
-        rope = self.rope(torch.arange(input_ids.shape[1], device=input_ids.device))
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        rope, mask = self.rope(positions), self.attention_mask(positions, positions)
         h = self.embed(input_ids)
         for i in range(self.cfg.n_layers):
-            h, k, v = self.layer(i, h, rope)
+            h, k, v = self.layer(i, h, rope, mask)
             kv.write(i, slice(None), k, v)
             if shadow is not None:
                 shadow.layer(i, k, v)

@@ -54,15 +54,38 @@ class Fields:
 
 
 def config_fields(family: str, f: Fields, *, d, layers, heads, kv_heads, mlp, vocab, theta, eps, bias,
-                  mask, shift) -> dict:
-    """``BackboneConfig``'s fields from what a family's reader found (stop ids: config.json's eos)."""
-    if d % heads or heads % kv_heads:
+                  mask, shift, **more) -> dict:
+    """``BackboneConfig``'s fields from what a family's reader found (stop ids: config.json's eos);
+    ``more``: the fields only some families set (``attn_head_dim``, ``qk_norm``, ``block_size``,
+    ``tie_embeddings``)."""
+    if heads % kv_heads or (more.get("attn_head_dim") is None and d % heads):
         raise CheckpointError(f"{f.file}: {heads} heads / {kv_heads} kv heads do not divide width {d}")
     pad = f.ids("pad_token_id")
     return dict(family=family, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
                 mlp_hidden=mlp, vocab_size=vocab, rope_theta=theta, norm_eps=eps, qkv_bias=bias,
                 mask_id=mask, stop_ids=unique(f.ids("eos_token_id")),
-                pad_id=pad[0] if pad else None, logit_shift=shift)
+                pad_id=pad[0] if pad else None, logit_shift=shift, **more)
+
+
+def qwen_widths(f: Fields) -> dict:
+    """The Qwen2/Qwen3 config.json widths every Qwen-based family reads alike, checked."""
+    f.require("hidden_act", (None, "silu"), "the FFN is SwiGLU")
+    f.require("rope_scaling", (None,), "plain RoPE only")
+    f.require("use_sliding_window", (None, False), "full attention only")
+    d, heads = f.int("hidden_size"), f.int("num_attention_heads")
+    return dict(d=d, layers=f.int("num_hidden_layers"), heads=heads,
+                kv_heads=f.int("num_key_value_heads", default=heads), mlp=f.int("intermediate_size"),
+                vocab=f.int("vocab_size"), theta=f.float("rope_theta", 10000.0),
+                eps=f.float("rms_norm_eps", 1e-6))
+
+
+def tied(f: Fields) -> bool:
+    """config.json's ``tie_word_embeddings``; absent means untied (the default of SDAR's and
+    Fast-dLLM v2's config classes)."""
+    v = f.raw.get("tie_word_embeddings", False)
+    if not isinstance(v, bool):
+        raise CheckpointError(f"{f.file}: field 'tie_word_embeddings' must be true or false, got {v!r}")
+    return v
 
 
 def unique(ids) -> list[int]:
