@@ -5,8 +5,12 @@ The files look like the real ones (see docs/MODELS.md): LLaDA's config.json fiel
 config.json; Dream's Qwen2 config fields (``model_type "Dream"``), ``model.layers.*`` keys with
 q/k/v biases, and a byte-level BPE given only as vocab.json + merges.txt + a tokenizer_config.json
 that names the remote-code ``DreamTokenizer`` (no tokenizer.json), with ``<|mask|>`` and friends
-as added tokens; DiffuCoder adds ``<|dlm_pad|>``. Special ids are small, but not adjacent, so a
-hard-coded id would show. Everything here is written independently of ``dlmpipe``'s key maps,
+as added tokens; DiffuCoder adds ``<|dlm_pad|>``. The block-diffusion families (block_checkpoint):
+SDAR's Qwen3 files (``model_type "sdar"``, ``block_size``, an explicit ``head_dim``, per-head
+q_norm/k_norm, vocab.json + merges.txt + tokenizer.json, ``<|MASK|>`` in tokenizer_config.json but
+``<MASK>`` in added_tokens.json, as released) and Fast-dLLM v2's Qwen2.5 files (``model_type
+"Fast_dLLM_Qwen"``, ``bd_size``, ``layer_types``, ``|<MASK>|``, the chat template only in
+chat_template.jinja). Special ids are small, but not adjacent, so a hard-coded id would show. Everything here is written independently of ``dlmpipe``'s key maps,
 so loading these files tests the loader rather than agreeing with it.
 
 Deterministic (same bytes for the same arguments) and fast (a few ms for the default sizes).
@@ -245,12 +249,17 @@ def make_tiny_checkpoint(dir: str | Path, family: str = "llada", sharded: bool =
                          n_kv_heads: int | None = None, mlp_hidden: int = 96,
                          vocab_size: int | None = None, n_shards: int = 3, seed: int = 0,
                          dtype: str = "float32") -> Path:
-    """Write a tiny random checkpoint of ``family`` ("llada", "dream" or "diffucoder") to ``dir``.
+    """Write a tiny random checkpoint of ``family`` ("llada", "dream", "diffucoder", "sdar" or
+    "fast_dllm_v2") to ``dir``.
 
     ``n_kv_heads`` defaults to ``n_heads`` for LLaDA and ``n_heads // 2`` (GQA) for Dream.
     ``vocab_size`` defaults to the tokenizer's size rounded up to 64 (real checkpoints pad their
     embedding beyond the tokenizer too). Returns ``dir``.
     """
+    if family in BLOCK_FAMILIES:
+        return block_checkpoint(dir, family, sharded, d_model=d_model, n_layers=n_layers,
+                                n_heads=n_heads, n_kv_heads=n_kv_heads, mlp_hidden=mlp_hidden,
+                                vocab_size=vocab_size, n_shards=n_shards, seed=seed, dtype=dtype)
     if family not in ("llada", "dream", "diffucoder"):
         raise ValueError(f"unknown family {family!r}")
     out = Path(dir)
@@ -320,3 +329,160 @@ def dream_config(d, layers, heads, kv_heads, mlp, vocab, ids, dtype) -> dict:
         "torch_dtype": dtype, "transformers_version": "4.46.2", "use_cache": False,
         "use_sliding_window": False, "vocab_size": vocab,
     }
+
+
+# ---- block-diffusion families: SDAR (Qwen3) and Fast-dLLM v2 (Qwen2.5) ----------------------
+BLOCK_FAMILIES = ("sdar", "fast_dllm_v2")
+QWEN3_ADDED = QWEN_ADDED + ["<tool_response>", "</tool_response>", "<think>", "</think>"]
+QWEN3_NOT_SPECIAL = QWEN_NOT_SPECIAL | set(QWEN3_ADDED[len(QWEN_ADDED):])
+QWEN3_CHAT_TEMPLATE = (  # SDAR-4B-Chat's chat_template.jinja without its tool and thinking branches
+    "{%- if messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}"
+)
+
+
+def write_qwen_tokenizer(out: Path, added: list[str], not_special: set[str], config: dict,
+                         legacy_added: dict[str, int] | None = None, fast: bool = False) -> dict[str, int]:
+    """vocab.json + merges.txt (+ tokenizer.json when ``fast``), tokenizer_config.json with
+    ``added_tokens_decoder`` and the given fields, added_tokens.json (``legacy_added`` overrides
+    names there, as SDAR's release does)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab, merges = byte_level_bpe()
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (out / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+    ids = {t: len(vocab) + i for i, t in enumerate(added)}
+    if fast:
+        tok = Tokenizer(models.BPE(vocab=dict(vocab), merges=merges))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_tokens([AddedToken(t, special=t not in not_special, normalized=False) for t in added])
+        tok.save(str(out / "tokenizer.json"))
+    config = {"added_tokens_decoder": {str(ids[t]): _added_entry(t, t not in not_special) for t in added},
+              **config}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    renamed = set((legacy_added or {}).values())
+    legacy = {t: i for t, i in ids.items() if i not in renamed} | (legacy_added or {})
+    (out / "added_tokens.json").write_text(json.dumps(legacy, indent=2))
+    specials = {k: config[k] for k in ("eos_token", "pad_token", "mask_token") if config.get(k)}
+    (out / "special_tokens_map.json").write_text(json.dumps(
+        specials | {"additional_special_tokens": config["additional_special_tokens"]}, indent=2))
+    return ids
+
+
+def qwen_tensors(d: int, layers: int, heads: int, kv_heads: int, head_dim: int, mlp: int, vocab: int,
+                 g: torch.Generator, *, biases: bool, qk_norm: bool, tied: bool) -> dict[str, torch.Tensor]:
+    """Qwen2 (biases) or Qwen3 (q_norm/k_norm) keys, with an explicit head width."""
+    shapes = {"model.embed_tokens.weight": (vocab, d)}
+    for i in range(layers):
+        b = f"model.layers.{i}."
+        shapes |= {b + "input_layernorm.weight": (d,),
+                   b + "self_attn.q_proj.weight": (heads * head_dim, d),
+                   b + "self_attn.k_proj.weight": (kv_heads * head_dim, d),
+                   b + "self_attn.v_proj.weight": (kv_heads * head_dim, d),
+                   b + "self_attn.o_proj.weight": (d, heads * head_dim),
+                   b + "post_attention_layernorm.weight": (d,),
+                   b + "mlp.gate_proj.weight": (mlp, d), b + "mlp.up_proj.weight": (mlp, d),
+                   b + "mlp.down_proj.weight": (d, mlp)}
+        if biases:
+            shapes |= {b + "self_attn.q_proj.bias": (heads * head_dim,),
+                       b + "self_attn.k_proj.bias": (kv_heads * head_dim,),
+                       b + "self_attn.v_proj.bias": (kv_heads * head_dim,)}
+        if qk_norm:
+            shapes |= {b + "self_attn.q_norm.weight": (head_dim,), b + "self_attn.k_norm.weight": (head_dim,)}
+    shapes |= {"model.norm.weight": (d,)} | ({} if tied else {"lm_head.weight": (vocab, d)})
+    return {k: _init(k, s, g) for k, s in shapes.items()}
+
+
+def block_checkpoint(dir: str | Path, family: str, sharded: bool = True, *, d_model: int = 64,
+                     n_layers: int = 2, n_heads: int = 4, n_kv_heads: int | None = None,
+                     mlp_hidden: int = 96, vocab_size: int | None = None, n_shards: int = 3,
+                     seed: int = 0, dtype: str = "float32", block_size: int | None = None,
+                     head_dim: int | None = None, tied: bool = False) -> Path:
+    """A tiny SDAR or Fast-dLLM v2 checkpoint in its release's files (module docstring).
+
+    SDAR's head width defaults to 2 * d_model / n_heads (the real 4B: 128 at width 2560 / 32
+    heads), so a reader that derives it from the width fails; block sizes default small (SDAR 4,
+    Fast-dLLM v2 8) so a 23-token test sequence spans several blocks and a partial one."""
+    out = Path(dir)
+    out.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    n_kv = n_kv_heads or max(1, n_heads // 2)
+    if family == "sdar":
+        ids = write_qwen_tokenizer(out, QWEN3_ADDED + ["<|MASK|>"], QWEN3_NOT_SPECIAL, {
+            "add_bos_token": False, "add_prefix_space": False,
+            "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|MASK|>"],
+            "auto_map": {"AutoTokenizer": ["tokenization_qwen2.Qwen2Tokenizer", None]},
+            "bos_token": None, "chat_template": QWEN3_CHAT_TEMPLATE, "clean_up_tokenization_spaces": False,
+            "eos_token": "<|endoftext|>", "errors": "replace", "mask_token": "<|MASK|>",
+            "model_max_length": 131072, "pad_token": "<|endoftext|>", "split_special_tokens": False,
+            "tokenizer_class": "Qwen2Tokenizer", "unk_token": None},
+            legacy_added={"<MASK>": len(byte_level_bpe()[0]) + len(QWEN3_ADDED)}, fast=True)
+        (out / "chat_template.jinja").write_text(QWEN3_CHAT_TEMPLATE)
+        hd = head_dim or 2 * d_model // n_heads
+        vocab = vocab_size or 64 * math.ceil((max(ids.values()) + 1) / 64)
+        tensors = qwen_tensors(d_model, n_layers, n_heads, n_kv, hd, mlp_hidden, vocab, g,
+                               biases=False, qk_norm=True, tied=tied)
+        config = {
+            "architectures": ["SDARForCausalLM"],
+            "auto_map": {"AutoConfig": "configuration_sdar.SDARConfig", "AutoModel": "modeling_sdar.SDARModel",
+                         "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM"},
+            "attention_bias": False, "attention_dropout": 0.0, "attn_implementation": "flex_attention",
+            "bos_token_id": ids["<|endoftext|>"], "debug": False, "eos_token_id": ids["<|endoftext|>"],
+            "block_size": block_size or 4, "mask_token_id": ids["<|MASK|>"], "ep_size": 1,
+            "fuse_cross_entropy": True, "head_dim": hd, "hidden_act": "silu", "hidden_size": d_model,
+            "initializer_range": 0.02, "intermediate_size": mlp_hidden, "max_position_embeddings": 32768,
+            "max_window_layers": n_layers, "micro_forward": False, "model_type": "sdar",
+            "num_attention_heads": n_heads, "num_hidden_layers": n_layers, "num_key_value_heads": n_kv,
+            "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "skip_checkpoint": False,
+            "sliding_window": None, "tie_word_embeddings": tied, "torch_dtype": dtype,
+            "transformers_version": "4.52.4", "use_cache": False, "use_deepep": False,
+            "use_sliding_window": False, "vocab_size": vocab}
+        generation = {"bos_token_id": ids["<|endoftext|>"], "do_sample": True,
+                      "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+                      "pad_token_id": ids["<|endoftext|>"], "temperature": 0.6, "top_k": 20, "top_p": 0.95}
+    elif family == "fast_dllm_v2":
+        ids = write_qwen_tokenizer(out, QWEN_ADDED + ["|<MASK>|"], QWEN_NOT_SPECIAL, {
+            "add_bos_token": False, "add_prefix_space": False, "additional_special_tokens": ["|<MASK>|"],
+            "bos_token": None, "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>",
+            "errors": "replace", "extra_special_tokens": {}, "model_max_length": 131072,
+            "pad_token": "<|endoftext|>", "padding_side": "right", "split_special_tokens": False,
+            "tokenizer_class": "Qwen2Tokenizer", "unk_token": None})
+        (out / "chat_template.jinja").write_text(QWEN_CHAT_TEMPLATE)
+        hd = head_dim or d_model // n_heads
+        vocab = vocab_size or 64 * math.ceil((max(ids.values()) + 1) / 64)
+        tensors = qwen_tensors(d_model, n_layers, n_heads, n_kv, hd, mlp_hidden, vocab, g,
+                               biases=True, qk_norm=False, tied=tied)
+        config = {
+            "architectures": ["Fast_dLLM_QwenForCausalLM"], "attention_dropout": 0.0,
+            "auto_map": {"AutoConfig": "configuration.Fast_dLLM_QwenConfig",
+                         "AutoModel": "modeling.Fast_dLLM_QwenModel",
+                         "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM"},
+            "bd_size": block_size or 8, "bos_token_id": ids["<|endoftext|>"], "conplemenrary_mask": True,
+            "eos_token_id": ids["<|im_end|>"], "hidden_act": "silu", "hidden_size": d_model,
+            "initializer_range": 0.02, "intermediate_size": mlp_hidden,
+            "layer_types": ["full_attention"] * n_layers, "max_position_embeddings": 32768,
+            "max_window_layers": n_layers, "model_type": "Fast_dLLM_Qwen", "num_attention_heads": n_heads,
+            "num_hidden_layers": n_layers, "num_key_value_heads": n_kv, "pad_token_id": ids["<|im_end|>"],
+            "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": None,
+            "tie_word_embeddings": tied, "torch_dtype": dtype, "transformers_version": "4.53.1",
+            "use_cache": True, "use_sliding_window": False, "vocab_size": vocab}
+        generation = {"bos_token_id": ids["<|endoftext|>"], "do_sample": True,
+                      "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+                      "pad_token_id": ids["<|endoftext|>"], "repetition_penalty": 1.05,
+                      "temperature": 0.7, "top_k": 20, "top_p": 0.8}
+    else:
+        raise ValueError(f"unknown block-diffusion family {family!r}")
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "generation_config.json").write_text(json.dumps(
+        generation | {"transformers_version": config["transformers_version"]}, indent=2))
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    write_weights(out, {k: v.to(torch_dtype) for k, v in tensors.items()}, n_shards if sharded else 1)
+    return out

@@ -181,6 +181,68 @@ def added_token_id_moved(p):
     return str(p), "'<|mask|>' is declared with id"
 
 
+SDAR_QN = "model.layers.1.self_attn.q_norm.weight"
+
+
+def sdar_missing_q_norm(p):
+    rewrite_shard(p, SDAR_QN, lambda t: {k: v for k, v in t.items() if k != SDAR_QN})
+    return SDAR_QN, "missing key"
+
+
+def sdar_head_dim_mismatch(p):
+    edit_json(p / "config.json", head_dim=16)  # the weights were written with 32
+    return "config.json implies", "shape mismatch"
+
+
+def sdar_attention_bias(p):
+    edit_json(p / "config.json", attention_bias=True)
+    return "config.json", "attention_bias=True is not supported"
+
+
+def sdar_bad_block_size(p):
+    edit_json(p / "config.json", block_size=0)
+    return "config.json", "'block_size' must be a positive integer"
+
+
+def sdar_tokenizer_missing(p):
+    for name in ("tokenizer.json", "merges.txt"):
+        (p / name).unlink()
+    return str(p), "tokenizer missing"
+
+
+def fast_dllm_sliding_layers(p):
+    edit_json(p / "config.json", layer_types=["sliding_attention", "full_attention"])
+    return "config.json", "layer_types=['sliding_attention', 'full_attention'] is not supported"
+
+
+def fast_dllm_bad_bd_size(p):
+    edit_json(p / "config.json", bd_size="32")
+    return "config.json", "'bd_size' must be a positive integer"
+
+
+def fast_dllm_no_mask_token(p):
+    tc = json.loads((p / "tokenizer_config.json").read_text())
+    dec = tc["added_tokens_decoder"]
+    mask = next(i for i, e in dec.items() if e["content"] == "|<MASK>|")
+    dec[mask]["content"] = "<|unused|>"
+    tc["additional_special_tokens"] = []
+    (p / "tokenizer_config.json").write_text(json.dumps(tc))
+    edit_json(p / "special_tokens_map.json", additional_special_tokens=[])
+    edit_json(p / "added_tokens.json", **{"|<MASK>|": ...})
+    return "config.json", "no mask token id"
+
+
+def fast_dllm_tied_but_lm_head_present(p):
+    edit_json(p / "config.json", tie_word_embeddings=True)
+    return "lm_head.weight", "unexpected key"
+
+
+def fast_dllm_bias_missing(p):
+    key = "model.layers.0.self_attn.q_proj.bias"
+    rewrite_shard(p, key, lambda t: {k: v for k, v in t.items() if k != key})
+    return key, "missing key"
+
+
 CASES = {
     "missing_shard": ("llada", missing_shard), "missing_key": ("llada", missing_key),
     "missing_bias_dream": ("dream", missing_bias_dream), "unexpected_key": ("llada", unexpected_key),
@@ -196,6 +258,14 @@ CASES = {
     "tokenizer_missing_llada": ("llada", tokenizer_missing_llada),
     "tokenizer_missing_dream": ("dream", tokenizer_missing_dream),
     "tokenizer_corrupt": ("llada", tokenizer_corrupt), "added_token_id_moved": ("dream", added_token_id_moved),
+    "sdar_missing_q_norm": ("sdar", sdar_missing_q_norm), "sdar_head_dim_mismatch": ("sdar", sdar_head_dim_mismatch),
+    "sdar_attention_bias": ("sdar", sdar_attention_bias), "sdar_bad_block_size": ("sdar", sdar_bad_block_size),
+    "sdar_tokenizer_missing": ("sdar", sdar_tokenizer_missing),
+    "fast_dllm_sliding_layers": ("fast_dllm_v2", fast_dllm_sliding_layers),
+    "fast_dllm_bad_bd_size": ("fast_dllm_v2", fast_dllm_bad_bd_size),
+    "fast_dllm_no_mask_token": ("fast_dllm_v2", fast_dllm_no_mask_token),
+    "fast_dllm_tied_but_lm_head_present": ("fast_dllm_v2", fast_dllm_tied_but_lm_head_present),
+    "fast_dllm_bias_missing": ("fast_dllm_v2", fast_dllm_bias_missing),
 }
 
 
@@ -259,3 +329,14 @@ def test_errors_are_value_errors_for_the_cli(tmp_path):
     edit_json(path / "config.json", model_type="gpt2")
     rc = main(["prepare-backbone", "--path", str(path), "--name", "x", "--out", str(tmp_path / "m.json")])
     assert rc == 2 and not (tmp_path / "m.json").exists()
+
+
+def test_sdar_mask_is_named_differently_in_its_two_token_files(tmp_path):
+    """SDAR's release declares id 151669 as ``<|MASK|>`` in tokenizer_config.json and ``<MASK>`` in
+    added_tokens.json; like transformers, tokenizer_config.json's ``added_tokens_decoder`` wins
+    and the legacy file is not read, so the checkpoint loads with ``<|MASK|>`` as its mask."""
+    path = make_tiny_checkpoint(tmp_path / "c", "sdar")
+    legacy = json.loads((path / "added_tokens.json").read_text())
+    loaded = load_backbone(path)
+    assert legacy["<MASK>"] == loaded.mask_id == loaded.tokenizer.convert_tokens_to_ids("<|MASK|>")
+    assert "<|MASK|>" not in legacy

@@ -44,13 +44,17 @@ def load_tokenizer(path: Path, family: str | None = None):
 
 
 def _declared_added_tokens(path: Path) -> dict[str, int]:
+    """The added tokens a directory declares: tokenizer_config.json's ``added_tokens_decoder``,
+    or, only where it has none, the legacy added_tokens.json (transformers' own precedence; SDAR's
+    release names its mask ``<|MASK|>`` in the first and ``<MASK>`` in the second)."""
     declared: dict[str, int] = {}
-    added_file = path / "added_tokens.json"
-    if added_file.is_file():
-        declared |= {str(k): v for k, v in _read_json(added_file, "added_tokens.json").items()}
     tc_file = path / "tokenizer_config.json"
-    if tc_file.is_file():
-        decoder = _read_json(tc_file, "tokenizer_config.json").get("added_tokens_decoder") or {}
+    decoder = (_read_json(tc_file, "tokenizer_config.json").get("added_tokens_decoder") or {}
+               if tc_file.is_file() else {})
+    added_file = path / "added_tokens.json"
+    if added_file.is_file() and not decoder:
+        declared |= {str(k): v for k, v in _read_json(added_file, "added_tokens.json").items()}
+    if decoder:
         for i, entry in decoder.items():
             content = entry.get("content") if isinstance(entry, dict) else None
             if content is None or not str(i).isdigit():
@@ -84,7 +88,8 @@ def resolve_special_ids(cfg: BackboneConfig, tok, path: Path) -> BackboneConfig:
     """Fill mask / stop / pad ids from the tokenizer where config.json leaves them open.
 
     Mask: config.json's ``mask_token_id``, else the tokenizer's mask token, else the family's
-    mask token by name. Stops: config/generation_config eos ids, the tokenizer's eos, and the
+    mask token by name (without a tokenizer: by name among the added tokens its files declare;
+    Fast-dLLM v2's config.json has no mask_token_id). Stops: config/generation_config eos ids, the tokenizer's eos, and the
     family's end-of-turn tokens present in the vocabulary (``<|eot_id|>``, ``<|im_end|>``,
     DiffuCoder's ``<|dlm_pad|>``). Pad: DiffuCoder's ``<|dlm_pad|>``, else config.json's
     ``pad_token_id``, else the tokenizer's pad, else the first stop id.
@@ -98,6 +103,9 @@ def resolve_special_ids(cfg: BackboneConfig, tok, path: Path) -> BackboneConfig:
         cfg.stop_ids = _unique(cfg.stop_ids + [tok.eos_token_id] + [_token_id(tok, n) for n in fam.stop_tokens])
         pads = [_token_id(tok, n) for n in fam.pad_tokens] + [cfg.pad_id, tok.pad_token_id]
         cfg.pad_id = next((p for p in pads if p is not None), None)
+    if cfg.mask_id is None and tok is None:  # loaded without a tokenizer: its declared added tokens
+        declared = _declared_added_tokens(path)
+        cfg.mask_id = next((declared[n] for n in fam.mask_tokens if n in declared), None)
     if cfg.mask_id is None:
         raise CheckpointError(f"{path / 'config.json'}: no mask token id (no mask_token_id field and no "
                               f"{' / '.join(fam.mask_tokens)} in the tokenizer)")

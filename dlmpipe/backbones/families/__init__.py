@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import CheckpointError
-from . import dream, llada
+from . import dream, fast_dllm_v2, llada, sdar
 from .base import Family
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     llada.FAMILY,
     dream.FAMILY,
+    sdar.FAMILY,
+    fast_dllm_v2.FAMILY,
 )}
 
 #: config.json's model_type (lower-case) -> family name
