@@ -16,10 +16,12 @@ embedding, then per layer norm and projections, attention, output, FFN, then the
 own rows at its own positions, so prompts of different lengths need no padding.
 
 Row-wise primitives (norms, projections, FFN, head, embedding) are bitwise row-invariant on the
-CPU in float32 once a projection runs on at least ``model.MIN_GEMM_ROWS`` rows (measured; the
-Backbone pads smaller calls). Attention is not row-wise: slots whose queries and keys have the
-same shapes are stacked along the batch axis (SDPA's result per batch entry does not depend on
-the others: measured); other shapes run as their own calls. Padding keys with a key mask is
+CPU in float32, at any thread count, because the Backbone runs each projection on a multiple of
+``model.GEMM_ROW_MULTIPLE`` rows and its SiLU without scalar tails (measured; model.py). Attention
+is not row-wise: slots whose queries and keys have the same shapes are stacked along the batch
+axis (SDPA's result per batch entry does not depend on the others: measured, with more than one
+thread once the query rows are a multiple of 4, which ``attend`` pads); other shapes run as
+their own calls. Padding keys with a key mask is
 not bitwise-safe (measured on the CPU: the masked kernel changes the last bits), so it is only
 used on CUDA in bf16/fp16 (``pad_attention``), where one call beats many launches and batch
 invariance is not bitwise anyway (the device check reports the fraction of identical samples);
@@ -40,7 +42,7 @@ from greenlet import getcurrent, greenlet
 from torch import Tensor
 
 from .backbones.model import Backbone
-from .decode import DecodeResult, Decoding, _sync
+from .decode import DecodeResult, Decoding, Observer, _sync
 
 #: devices where attention over different key lengths is batched with padded keys and a mask
 #: (half precision only: see the module docstring)
@@ -317,11 +319,13 @@ class Sample:
 @torch.inference_mode()
 def decode_batched(model: Backbone, methods: list[tuple], samples: Iterable[Sample],
                    on_done: Callable[[Sample, DecodeResult], None],
-                   pad_attention: bool | None = None) -> BatchScheduler:
+                   pad_attention: bool | None = None,
+                   observer: Callable[[Sample], Observer | None] | None = None) -> BatchScheduler:
     """Decode ``samples`` with ``len(methods)`` slots, each slot's ``(sampler, cache)`` built
     over its ``SlotModel`` (``slot_models``); ``on_done`` gets every finished sample as soon as
     it finishes (finish order, not sample order). Each result equals ``decode`` of the sample
-    alone (tests/test_batching.py) except ``time_s``/``ttft_s``: its latency inside the batch."""
+    alone (tests/test_batching.py) except ``time_s``/``ttft_s``: its latency inside the batch.
+    ``observer(sample)``: the ``Observer`` of that sample's updates, as ``decode``'s."""
     scheduler = methods[0][1].model.scheduler if methods else BatchScheduler(model, pad_attention)
     queue: Iterator[Sample] = iter(samples)
     device = model.device
@@ -335,8 +339,9 @@ def decode_batched(model: Backbone, methods: list[tuple], samples: Iterable[Samp
                 run = Decoding(cache.model, sampler, cache, sample.prompt_ids, sample.gen_len,
                                sample.generator)
                 first = None
+                watch = observer(sample) if observer is not None else None
                 while not run.done:
-                    run.step()
+                    run.step(watch)
                     if first is None and bool((run.response != mask_id).any()):
                         _sync(device)
                         first = time.perf_counter()

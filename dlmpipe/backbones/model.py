@@ -46,21 +46,69 @@ class BackboneConfig:
         return asdict(self)
 
 
-#: fewest rows a CPU projection runs on: MKL's sgemm takes another kernel below 4 rows, whose
-#: sums round differently, so a row's projection would depend on how many rows share the call
-#: (measured; docs/ARCHITECTURE.md, batched decoding). Padding keeps every row's result the same
-#: whether it runs alone, with a few rows, or in a batch.
-MIN_GEMM_ROWS = 4
+#: CPU projections and attention run on a multiple of this many rows (queries, for attention):
+#: MKL's sgemm computes a call of 1-3 rows with another kernel, whose sums round differently,
+#: and with more than one thread it splits the rows among the threads in chunks of multiples of
+#: 4, the last of which runs that kernel whenever the call's row count is not a multiple of 4
+#: (2 threads: calls of 5-7 and 9-11 rows; more threads, others). SDPA's CPU kernel with more
+#: than one thread likewise rounds 1 or 3 query rows differently. So a row's result would depend
+#: on how many rows share its call (measured; docs/ARCHITECTURE.md, batched decoding). Padding
+#: to a multiple of 4 keeps every row's result the same alone, in any batch, at any thread count.
+#: (Attention pads only with more than one thread: one thread's SDPA is row-invariant as it is,
+#: and padding would change how it rounds a last 32-query block of 1-3 rows, i.e. batch 1's bits.)
+GEMM_ROW_MULTIPLE = 4
+
+#: elements per call of the CPU SiLU (``silu``): a multiple of the widest vector loop (AVX-512's
+#: two 16-float vectors; 64) and below ATen's parallel grain (32768), so no call has a scalar tail
+#: or is split among threads
+SILU_CHUNK = 16384
+
+
+def _pad_rows(x: Tensor, dim: int, fill: float = 0) -> Tensor:
+    """``x`` with rows of ``fill`` appended along ``dim`` up to a multiple of ``GEMM_ROW_MULTIPLE``."""
+    pad = -x.shape[dim] % GEMM_ROW_MULTIPLE
+    if not pad:
+        return x
+    shape = list(x.shape)
+    shape[dim] = pad
+    return torch.cat([x, x.new_full(shape, fill)], dim=dim)
 
 
 def linear(proj: nn.Linear, x: Tensor) -> Tensor:
-    """``proj(x)`` over rows ``x [..., d]``, row-invariant on the CPU (``MIN_GEMM_ROWS``)."""
+    """``proj(x)`` over rows ``x [..., d]``, row-invariant on the CPU (``GEMM_ROW_MULTIPLE``; one
+    thread computes every call of at least 4 rows alike, so there only 1-3 rows are padded)."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if x.device.type != "cpu" or rows >= MIN_GEMM_ROWS or rows == 0:
+    if (x.device.type != "cpu" or rows % GEMM_ROW_MULTIPLE == 0
+            or (rows > GEMM_ROW_MULTIPLE and torch.get_num_threads() == 1)):
         return proj(x)
-    flat = x.reshape(rows, x.shape[-1])
-    out = proj(torch.cat([flat, flat.new_zeros(MIN_GEMM_ROWS - rows, flat.shape[1])]))[:rows]
+    out = proj(_pad_rows(x.reshape(rows, x.shape[-1]), 0))[:rows]
     return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def silu(x: Tensor) -> Tensor:
+    """``F.silu(x)``, element-invariant on the CPU: ATen's vectorized loop computes each full
+    pair of vectors with SIMD ``exp`` and the leftover tail of a call (its last ``numel % 16``
+    elements on AVX2, and with several threads the tail of each thread's share) with the scalar
+    ``std::exp``, which rounds differently (~4% of elements), so an element's result would depend
+    on where it falls in the call: on how many rows share it. Here every element takes the vector
+    path: the flat input is padded to a multiple of 64 and, with several threads, run in calls of
+    ``SILU_CHUNK``."""
+    n = x.numel()
+    if x.device.type != "cpu" or n == 0 or x.requires_grad:  # training: autograd's own
+        return F.silu(x)
+    one_call = n <= SILU_CHUNK or torch.get_num_threads() == 1
+    if n % 64 == 0 and one_call and x.is_contiguous():
+        return F.silu(x)
+    flat = x.reshape(-1)
+    if n % 64:
+        flat = torch.cat([flat, flat.new_zeros(-n % 64)])
+    if one_call:
+        out = F.silu(flat)
+    else:
+        out = torch.empty_like(flat)
+        for lo in range(0, flat.numel(), SILU_CHUNK):
+            torch.ops.aten.silu.out(flat[lo:lo + SILU_CHUNK], out=out[lo:lo + SILU_CHUNK])
+    return out[:n].view(x.shape)
 
 
 class RMSNorm(nn.Module):
@@ -95,7 +143,7 @@ class Block(nn.Module):
     def ffn(self, h: Tensor) -> Tensor:
         """Pre-normed SwiGLU feed-forward delta (without the residual)."""
         n = self.ff_norm(h)
-        return linear(self.ff_down, F.silu(linear(self.ff_gate, n)) * linear(self.ff_up, n))
+        return linear(self.ff_down, silu(linear(self.ff_gate, n)) * linear(self.ff_up, n))
 
 
 class Backbone(nn.Module):
@@ -190,10 +238,15 @@ class Backbone(nn.Module):
         GQA support, which reads each K/V head for its query group in place: no per-layer copy
         of the cached K/V to H heads (docs/ARCHITECTURE.md, performance shape).
         """
+        tq = q.shape[2]
+        if q.device.type == "cpu" and tq % GEMM_ROW_MULTIPLE and torch.get_num_threads() > 1:
+            q = _pad_rows(q, 2)  # row-invariant (GEMM_ROW_MULTIPLE; one thread already is)
+            if mask is not None and mask.dim() >= 2 and mask.shape[-2] == tq:  # padded rows attend
+                mask = _pad_rows(mask, mask.dim() - 2, True if mask.dtype == torch.bool else 0)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                            enable_gqa=self.cfg.n_heads != self.cfg.n_kv_heads)
-        b, h, t, hd = o.shape
-        return o.transpose(1, 2).reshape(b, t, h * hd)
+        b, h, _, hd = o.shape
+        return o[:, :, :tq].transpose(1, 2).reshape(b, tq, h * hd)
 
     def attention_mask(self, q_positions: Tensor, k_positions: Tensor) -> Tensor | None:
         """Which keys each query row sees, for ``attend``: None (every key) on a bidirectional
