@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+import dlmpipe  # noqa: F401  (first: pins the CPU kernels before any torch op, dlmpipe/cpu_kernels.py)
 import torch
 import yaml
 

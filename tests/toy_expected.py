@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -115,6 +116,18 @@ def differences(measured: dict[str, dict], expected: dict[str, dict]) -> list[st
     return out
 
 
+def kernels() -> dict:
+    """The CPU kernels the results were computed with: pinned (dlmpipe/cpu_kernels.py), so the
+    same on every x86-64 machine; the CPU is recorded for the record only."""
+    import torch
+
+    from dlmpipe.cpu_kernels import PINS
+    from dlmpipe.environment import cpu_model
+
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            **{name: os.environ.get(name) for name in PINS}, "computed_on": cpu_model()}
+
+
 def read_expected() -> dict:
     return json.loads(EXPECTED.read_text())
 
@@ -140,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     EXPECTED.write_text(json.dumps({
         "about": "tests/toy_expected.py: the default campaign on the shipped toy; regenerate with "
                  "`PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected`",
-        "weights_sha256": record["sha256"], "results": results}, indent=1) + "\n")
+        "weights_sha256": record["sha256"], "kernels": kernels(), "results": results}, indent=1) + "\n")
     for key, entry in results.items():
         print(f"{key:50s} {100 * entry['quality']:6.1f}%")
     print(f"wrote {EXPECTED}")
