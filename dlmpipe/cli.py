@@ -66,7 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(args, "passthrough", False):  # lm-eval takes its own flags
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.passed = rest
     job_environment()  # before anything loads torch
     from .scoring.levels import SandboxUnavailable
 

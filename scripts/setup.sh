@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up dlmpipe in ./.venv: PyTorch, the package with its test extras, the sandbox tool and
+# Set up dlmpipe in ./.venv: PyTorch, the package with its test and lm-eval extras, the sandbox tool and
 # (as root) headless chromium for the report's browser test;
 # on every machine also the Snakemake profile `slurm`
 # (scripts/slurm-profile.sh). Idempotent: reruns only do what is missing. Override the
@@ -56,7 +56,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   [ -x $VENV/bin/python ] || "$PYTHON" -m venv $VENV
   echo "setup: installing $TORCH_SPEC and dlmpipe into $VENV"
   pip_install "$TORCH_SPEC"
-  pip_install -e ".[test]"
+  pip_install -e ".[test,lm-eval]"  # lm-eval: an optional extra the tests use (dlmpipe/lmeval/)
   $VENV/bin/python -c "import torch, snakemake, dlmpipe; print('setup: torch', torch.__version__, '| cuda:', torch.cuda.is_available())"
   echo "$want" > "$stamp"
 fi

@@ -5,7 +5,9 @@
                   serve which samplers (registry/describe.py);
 ``decode``        one prompt, one method, one checkpoint (quick_decode.py);
 ``plan CONFIG``   jobs per rule, samples per task and GPU-hours, before anything is downloaded
-                  (plan.py, cost.py).
+                  (plan.py, cost.py);
+``lm-eval ...``   lm-evaluation-harness with a dlmpipe method as its model (dlmpipe/lmeval/cli.py;
+                  the optional extra ``dlmpipe[lm-eval]``).
 Each is a thin parser around one library function, as the job commands are.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import sys
 
 #: the user's commands, in the order ``--help`` lists them
-COMMANDS = ("check", "methods", "decode", "plan")
+COMMANDS = ("check", "methods", "decode", "plan", "lm-eval")
 
 
 def _check(a: argparse.Namespace) -> int:
@@ -49,6 +51,17 @@ def _plan(a: argparse.Namespace) -> int:
     gpu = Gpu(a.gpu, a.gpu_tflops, a.utilization, a.utilization_b1)
     print(render(campaign, ", ".join(a.config), gpu, a.parallel_tokens, a.prompt_tokens))
     return 0
+
+
+def _lm_eval(a: argparse.Namespace) -> int:
+    try:
+        from ..lmeval.cli import run
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] == "lm_eval":
+            raise ValueError("lm-eval is not installed: pip install 'dlmpipe[lm-eval]' (or "
+                             "make setup, which installs it)") from None
+        raise
+    return run(a.passed)
 
 
 def register(sub) -> None:
@@ -108,3 +121,9 @@ def register(sub) -> None:
     s.add_argument("--prompt-tokens", type=float, default=None, help="one prompt length for every "
                    "task (default: each benchmark's, dlmpipe/tasks/registry.py)")
     s.set_defaults(func=_plan)
+
+    from ..lmeval.cli import HELP
+
+    # every flag is lm-eval's: the parser passes what it does not know (cli.main)
+    s = sub.add_parser("lm-eval", help=HELP, add_help=False)
+    s.set_defaults(func=_lm_eval, passthrough=True)
