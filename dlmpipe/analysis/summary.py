@@ -50,6 +50,7 @@ OPTIONAL = [*MEASUREMENTS,
             "stats",  # per-sample statistics (JSON): mean_recompute_fraction reads them
             "isolation",  # the sandbox level of each score: the summary lists each row's levels
             "subtask", "extraction_rule",  # answer tasks: quality_by_subtask, verdicts_by_rule
+            "lm_eval_score", "lm_eval_metric", "dlmpipe_passed",  # lm-eval tasks: by_origin
             *ENVIRONMENT_COLUMNS]  # the environment each sample was decoded in
 NEEDED = KEYS + ["sample_index", "score", "job_time_s", "nfe", "steps", "refreshes",
                  "cached_forwards", "revisions"]
@@ -269,6 +270,9 @@ def summary_table(scores: pd.DataFrame, reference: str, also_against: list[str] 
         if (values := per_group(scores)) is not None:
             table = table.merge(values.rename(column).reset_index(), on=KEYS, how="left")
             extra.append(column)
+    if (origins := verdicts_by_origin(scores)) is not None:
+        table = table.merge(origins, on=KEYS, how="left")
+        extra += list(origins.columns[len(KEYS):])
     table = table.merge(environments(scores), on=KEYS, how="left")
     if timing is not None:
         table = timed_speedups(table, timing, reference, also_against, seed)
@@ -320,6 +324,28 @@ def verdicts_by_rule(scores: pd.DataFrame) -> pd.Series | None:
         return json.dumps(out, sort_keys=True)
 
     return scores.groupby(KEYS, sort=False).apply(counts, include_groups=False)
+
+
+def verdicts_by_origin(scores: pd.DataFrame) -> pd.DataFrame | None:
+    """lm-eval tasks (benchmark lm_eval; docs/SCORING.md): per (backbone, task, method) the
+    quality by each origin's verdict, ``quality_lm_eval`` (lm-eval's metric, named in
+    ``lm_eval_metric``) and ``quality_dlmpipe`` (dlmpipe's extraction, over the samples it has
+    a rule for; empty without one), and ``verdicts_differ``, the samples where both judged and
+    disagree; None when no task is an lm-eval task."""
+    if "lm_eval_score" not in scores.columns or not scores["lm_eval_score"].notna().any():
+        return None
+    own = (scores["dlmpipe_passed"].map(lambda v: math.nan if v is None or pd.isna(v) else float(v))
+           if "dlmpipe_passed" in scores.columns else pd.Series(math.nan, index=scores.index))
+    lm = scores["lm_eval_score"].astype(float)
+    frame = scores[KEYS].assign(lm=lm, own=own.astype(float),
+                                differ=own.notna() & lm.notna() & (own != (lm == 1.0)))
+    g = frame.groupby(KEYS, sort=False)
+    out = pd.DataFrame({"quality_lm_eval": g["lm"].mean(),
+                        "quality_dlmpipe": g["own"].mean(),
+                        "verdicts_differ": g["differ"].sum().astype("int64")}).reset_index()
+    metric = scores.groupby(KEYS, sort=False)["lm_eval_metric"].first().rename("lm_eval_metric")
+    out = out.merge(metric.reset_index(), on=KEYS, how="left")
+    return out[KEYS + ["quality_lm_eval", "lm_eval_metric", "quality_dlmpipe", "verdicts_differ"]]
 
 
 def summarize(scores: list[str], reference: str, out_parquet: str, out_csv: str,

@@ -55,12 +55,12 @@ def _plan(a: argparse.Namespace) -> int:
 
 def _lm_eval(a: argparse.Namespace) -> int:
     try:
-        from ..lmeval.cli import run
-    except ModuleNotFoundError as e:
-        if e.name and e.name.split(".")[0] == "lm_eval":
-            raise ValueError("lm-eval is not installed: pip install 'dlmpipe[lm-eval]' (or "
-                             "make setup, which installs it)") from None
-        raise
+        import lm_eval  # noqa: F401  (the optional extra)
+    except ModuleNotFoundError:
+        raise ValueError("lm-eval is not installed: pip install 'dlmpipe[lm-eval]' (make setup "
+                         "installs it)") from None
+    from ..lmeval.cli import run
+
     return run(a.passed)
 
 

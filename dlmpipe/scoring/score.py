@@ -28,6 +28,9 @@ SCORE_FIELDS = [("passed", pa.bool_()), ("score", pa.float64()), ("status", pa.s
 PLUS_FIELDS = [("plus_passed", pa.bool_()), ("plus_status", pa.string())]
 ANSWER_FIELDS = [("extracted", pa.string()), ("extraction_rule", pa.string())]
 SUBTASK_FIELDS = [("subtask", pa.string())]
+# an lm-eval task (benchmark lm_eval): lm-eval's verdict and dlmpipe's (dlmpipe/lmeval/campaign.py)
+LM_EVAL_FIELDS = [("lm_eval_score", pa.float64()), ("lm_eval_metric", pa.string()),
+                  ("lm_eval_metrics", pa.string()), ("dlmpipe_passed", pa.bool_())]
 
 
 def score_sample(task_row: dict, completion: str, settings: Settings,
@@ -83,11 +86,16 @@ def score_generations(generations_path: str | Path, task_file: str | Path, out: 
     if unknown:
         raise ValueError(f"{generations_path}: task ids not in {task_file}: {unknown[:5]}")
     pairs = [(tasks[t], c or "") for t, c in zip(ids, completions)]
-    results = score_many(pairs, workers, Settings.from_options(options),
-                         progress=f"score {Path(generations_path).name}", sandbox=sandbox)
+    if any(r.get("lm_eval") for r in tasks.values()):  # two verdicts: lm-eval's, dlmpipe's
+        from ..lmeval.campaign import lm_eval_verdicts
 
-    fields = SCORE_FIELDS + (PLUS_FIELDS if any(r.get("plus_test") for r in tasks.values()) else [])
-    if any(r.get("kind") in ANSWER_KINDS for r in tasks.values()):
+        results = lm_eval_verdicts([row for row, _ in pairs], completions)
+        fields = SCORE_FIELDS + ANSWER_FIELDS + LM_EVAL_FIELDS
+    else:
+        results = score_many(pairs, workers, Settings.from_options(options),
+                             progress=f"score {Path(generations_path).name}", sandbox=sandbox)
+        fields = SCORE_FIELDS + (PLUS_FIELDS if any(r.get("plus_test") for r in tasks.values()) else [])
+    if any(r.get("kind") in ANSWER_KINDS for r in tasks.values()) and ANSWER_FIELDS[0] not in fields:
         fields = fields + ANSWER_FIELDS
     if any(r.get("subtask") for r in tasks.values()):
         fields = fields + SUBTASK_FIELDS

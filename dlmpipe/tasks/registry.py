@@ -13,12 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io import atomic_write_parquet
+from ..lmeval.campaign import load_lm_eval  # imports lm_eval only when it loads a task
 from .benchmarks import LOADERS
 from .toy import make_examples
 
 TASK_COLUMNS = ["task_id", "prompt", "kind", "answer", "code_prefix", "test", "entry_point"]
 # optional columns, written only when a loader fills them (docs/ARCHITECTURE.md, File contracts)
-OPTIONAL_COLUMNS = ["response_prefix", "plus_test", "choices", "subtask"]
+OPTIONAL_COLUMNS = ["response_prefix", "plus_test", "choices", "subtask",
+                    "lm_eval"]  # an lm-eval task's doc, options and stop strings (lmeval/campaign.py)
 
 
 def _toy_loader(task: str) -> Callable[..., list[dict]]:
@@ -35,6 +37,7 @@ TASKS: dict[str, Callable[..., list[dict]]] = {
     "toy_code": _toy_loader("toy_code"),
     "toy_arith": _toy_loader("toy_arith"),
     **LOADERS,  # real benchmarks (dlmpipe/tasks/benchmarks.py)
+    "lm_eval": load_lm_eval,  # any lm-eval task (the extra dlmpipe[lm-eval]; docs/SCORING.md)
 }
 
 
@@ -64,7 +67,8 @@ PROMPT_CHARS = {"toy_code": 65, "toy_arith": 49,  # measured (n 40, seed 1000)
                 "pubmedqa": 1486, "pubmedqa_test": 1498,  # measured
                 "mbpp_et": 430,  # as mbpp (the same problems and prompt)
                 "livecodebench": 2000, "math500": 300, "gpqa_main": 800, "gpqa_diamond": 800,
-                "mmlu_pro": 7000, "finqa": 4000}  # estimated (mmlu_pro: 5-shot chain of thought)
+                "mmlu_pro": 7000, "finqa": 4000,  # estimated (mmlu_pro: 5-shot chain of thought)
+                "lm_eval": 1000}  # a guess: lm-eval's tasks range from 100 to 10,000
 
 
 def task_rows(name: str, options: dict) -> int:
@@ -78,6 +82,8 @@ def task_rows(name: str, options: dict) -> int:
         if options.get("subtasks") and name in SUBTASK_ROWS:
             per = SUBTASK_ROWS[name]
             rows = sum(per.get(s, SUBTASK_DEFAULT_ROWS.get(name, 0)) for s in options["subtasks"])
+    elif name == "lm_eval":  # its size is lm-eval's to know: the limit, else unknown (0)
+        return options.get("limit") or 0
     else:  # a generated task: its ``n`` (the loader's default when unset)
         rows = options.get("n", inspect.signature(TASKS[name]).parameters["n"].default)
     return rows if options.get("limit") is None else min(rows, options["limit"])

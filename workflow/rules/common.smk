@@ -59,7 +59,10 @@ def task_input(wildcards):
     `fewshot_source` (exemplars)."""
     options = config["tasks"][wildcards.task]
     files = [options.get(key) for key in ("source", "base_source", "fewshot_source")]
-    return [f for f in files if f and Path(f).expanduser().exists()]
+    # an lm-eval task's local data (benchmark lm_eval: dataset_kwargs.data_files, split -> file)
+    data = (options.get("dataset_kwargs") or {}).get("data_files") or {}
+    files += list(data.values()) if isinstance(data, dict) else [data]
+    return [f for f in files if isinstance(f, str) and f and Path(f).expanduser().exists()]
 
 
 def generate_params(wildcards):
