@@ -166,6 +166,16 @@ def test_dlmpipe_methods_as_lm_eval_models_on_local_gsm8k(gsm8k):
             _lm_eval_verdicts(results, "gsm8k")
 
 
+def test_a_task_is_found_by_its_own_yaml_and_a_group_is_not_a_task():
+    """lm-eval's YAMLs write ``task: name`` or ``"task": "name"`` (BBH's generated ones)."""
+    from dlmpipe.lmeval.tasks import local_override, task_yaml
+
+    assert task_yaml("gsm8k").name == "gsm8k.yaml"
+    assert task_yaml("bbh_zeroshot_date_understanding").parent.name == "zeroshot"
+    with pytest.raises(ValueError, match="not a group"):
+        local_override("bbh_zeroshot", dataset_kwargs={"data_files": {"test": __file__}})
+
+
 def test_loglikelihood_is_refused_saying_why():
     from dlmpipe.lmeval.campaign import primary_metric  # noqa: F401  (the campaign says the same)
     from dlmpipe.lmeval.model import DlmpipeLM

@@ -38,8 +38,8 @@ def tasks_root() -> Path:
 
 @lru_cache(maxsize=None)
 def task_yaml(name: str) -> Path | None:
-    """The YAML file defining lm-eval task ``name`` (``task: name``), or None."""
-    pattern = re.compile(rf"^task:\s*['\"]?{re.escape(name)}['\"]?\s*$", re.M)
+    """The YAML file defining lm-eval task ``name`` (``task: name``, keys maybe quoted), or None."""
+    pattern = re.compile(rf"^['\"]?task['\"]?:\s*['\"]?{re.escape(name)}['\"]?\s*$", re.M)
     for path in sorted(tasks_root().rglob("*.yaml")):
         try:
             if pattern.search(path.read_text(encoding="utf-8", errors="ignore")):
@@ -136,8 +136,7 @@ def load_task(name: str, num_fewshot: int | None = None, dataset_path: str | Non
         if name not in loaded["tasks"] or loaded.get("groups"):
             raise ValueError(f"lm-eval {name!r} is a group or tag: name one of its tasks "
                              f"({', '.join(sorted(loaded['tasks'])[:8])}, ...)")
-        task = loaded["tasks"][name]
-        task.dataset  # read the data now, while the override file exists
+        task = loaded["tasks"][name]  # its data read as it was built (the override file's keys)
     if num_fewshot is not None and task.get_config("num_fewshot") != 0:
         task.set_config(key="num_fewshot", value=num_fewshot)
     elif task.get_config("num_fewshot") is None:
