@@ -270,3 +270,16 @@ sys.exit(main(["lm-eval", "--tasks", "gsm8k"]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stdout
     assert out.returncode == 2 and "pip install 'dlmpipe[lm-eval]'" in out.stderr
+
+
+def test_a_missing_local_data_file_stops_the_campaign_before_any_job(tmp_path):
+    from dlmpipe.campaign import Campaign, ConfigError
+
+    missing = tmp_path / "gsm8k_test.jsonl"
+    config = {"backbones": {"toy": {"shipped": "toy"}}, "reference_method": "ref",
+              "tasks": {"gsm8k-lm": {"benchmark": "lm_eval", "lm_eval_task": "gsm8k", "gen_length": 32,
+                                     "dataset_kwargs": {"data_files": {"test": str(missing)}}}},
+              "methods": {"ref": {"sampler": {"name": "llada_confidence"}, "cache": {"name": "none"}}}}
+    with pytest.raises(ConfigError, match=f"tasks.gsm8k-lm.dataset_kwargs.data_files: data file "
+                                          f"not found: {missing}"):
+        Campaign(config)

@@ -51,6 +51,11 @@ def task_problems(config: dict, check_data: bool = True) -> list[str]:
         bad = [key for key in options if key not in known]
         problems += [f"tasks.{name}.{key}: task {benchmark!r} takes no option {key!r} (its "
                      f"options: {', '.join(known)})" for key in bad]
+        if check_data and not bad and benchmark == "lm_eval":  # lm-eval's data_files
+            from ..lmeval.campaign import missing_files
+
+            problems += [f"tasks.{name}.dataset_kwargs.data_files: data file not found: {f}"
+                         for f in missing_files(options)]
         if check_data and not bad:
             loader = {k: v for k, v in options.items() if k not in COMMON_KEYS}
             for need, missing in missing_data(benchmark, loader):

@@ -51,6 +51,17 @@ def load_lm_eval(lm_eval_task: str, num_fewshot: int | None = None, dataset_path
     return rows
 
 
+def missing_files(options: dict) -> list[str]:
+    """The local data files a task's ``dataset_kwargs.data_files`` names that do not exist (the
+    campaign's check before any job)."""
+    from pathlib import Path
+
+    files = (options.get("dataset_kwargs") or {}).get("data_files") or {}
+    files = list(files.values()) if isinstance(files, dict) else [files]
+    flat = [f for item in files for f in (item if isinstance(item, list) else [item])]
+    return [str(f) for f in flat if not Path(str(f)).expanduser().is_file()]
+
+
 def _absolute_files(dataset_kwargs: dict | None) -> dict | None:
     """``dataset_kwargs`` with its data files as absolute paths (the score job rebuilds the
     task from them, wherever it runs)."""
