@@ -283,3 +283,16 @@ def test_a_missing_local_data_file_stops_the_campaign_before_any_job(tmp_path):
     with pytest.raises(ConfigError, match=f"tasks.gsm8k-lm.dataset_kwargs.data_files: data file "
                                           f"not found: {missing}"):
         Campaign(config)
+
+
+def test_the_score_stages_lm_eval_verdicts_import_no_torch(gsm8k):
+    """The score stage never imports torch (docs/SCORING.md): nor do lm-eval's verdicts."""
+    code = f"""
+import sys
+from dlmpipe.lmeval.campaign import lm_eval_verdicts, load_lm_eval
+rows = load_lm_eval("gsm8k", num_fewshot=0, **{gsm8k!r})[:2]
+verdicts = lm_eval_verdicts(rows, ["#### 18", "3"])
+print([v["lm_eval_score"] for v in verdicts], "torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.split("\n")[-2] == "[1.0, 0.0] False", out.stdout + out.stderr[-2000:]
