@@ -19,6 +19,10 @@ as many steps as tokens) adds one per step until its first commit.
 random generator); ``Decoding.clone`` snapshots it so that the clone resumes exactly as the
 original would (docs/ANALYSES.md: the shadow probe and the matched-state intervention start
 from such clones). An ``Observer`` sees every update without taking part in it.
+
+On a block-causal backbone (``BackboneConfig.block_size``) the same loop decodes one active
+block at a time: the sampler and the cache see the block as their sequence, over the exact K/V
+of the finished prefix (dlmpipe/blockwise.py); ``x`` then covers whole blocks.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import torch
 from torch import Tensor
 
 from .backbones.model import Backbone
+from .blockwise import BlockCausal, BlockModel, padded_length
 from .engine.base import Cache
 from .samplers.base import Sampler
 
@@ -60,38 +65,60 @@ class Decoding:
 
     def __init__(self, model: Backbone, sampler: Sampler, cache: Cache, prompt_ids: Tensor,
                  gen_len: int, generator: torch.Generator | None = None):
+        if isinstance(model, BlockModel):  # a cache's stand-in from its last sample
+            model = model.inner
         device = model.device
         self.model, self.sampler, self.cache = model, sampler, cache
-        self.prompt_len = prompt_ids.shape[0]
+        self.prompt_len, self.gen_len = prompt_ids.shape[0], gen_len
+        n = model.cfg.block_size
+        length = self.prompt_len + gen_len if n is None else padded_length(self.prompt_len + gen_len, n)
         self.x = torch.cat([prompt_ids.to(device),
-                            torch.full((gen_len,), model.cfg.mask_id, dtype=torch.long, device=device)])
+                            torch.full((length - self.prompt_len,), model.cfg.mask_id,
+                                       dtype=torch.long, device=device)])
         self.updates = 0
-        sampler.begin(self.prompt_len, gen_len, model.cfg.mask_id, generator, device)
-        cache.begin(self.x, self.prompt_len)
+        #: the block loop on a block-causal backbone (dlmpipe/blockwise.py), else None
+        self.blocks: BlockCausal | None = None
+        if n is None:
+            sampler.begin(self.prompt_len, gen_len, model.cfg.mask_id, generator, device)
+            cache.begin(self.x, self.prompt_len)
+        else:
+            stops = model.cfg.stop_ids + ([model.cfg.pad_id] if model.cfg.pad_id is not None else [])
+            self.blocks = BlockCausal(model, sampler, cache, self.x, self.prompt_len, gen_len,
+                                      generator, stops)
 
     @property
     def done(self) -> bool:
-        return self.sampler.done
+        return self.sampler.done if self.blocks is None else self.blocks.done
 
     @property
     def response(self) -> Tensor:
         """The current response state ``[G]`` (a view of ``x``)."""
-        return self.x[self.prompt_len:]
+        return self.x[self.prompt_len:self.prompt_len + self.gen_len]
+
+    @property
+    def sequence(self) -> Tensor:
+        """What the sampler and the cache see: ``x``, or the active block's view of it."""
+        return self.x if self.blocks is None else self.blocks.active
 
     def step(self, observer: Observer | None = None) -> None:
         """One update: the cache's logits for the current state, then the sampler's step."""
         sampler, cache = self.sampler, self.cache
         cache.note_due_positions(sampler.due_positions())
         cache.note_shadow_block(sampler.shadow_block())
-        logits = cache.response_logits(self.x, sampler.block)
+        seq = self.sequence
+        logits = cache.response_logits(seq, sampler.block)
         if observer is not None:
             observer.before_update(self, logits)
-        sampler.step(self.x, logits)
+        sampler.step(seq, logits)
         self.updates += 1
+        if self.blocks is not None:
+            self.blocks.after_update(self.x)
         if observer is not None:
             observer.after_update(self)
 
     def stats(self) -> dict:
+        if self.blocks is not None:
+            return self.blocks.stats()
         cache = self.cache
         return {**self.sampler.stats(), **cache.stats.as_dict(), **cache.extra_stats()}
 

@@ -21,16 +21,25 @@ VOCAB = 64
 MASK_ID = 63
 STOP_ID = 0
 FAMILIES = ["llada", "dream"]
+#: block-causal families (docs/MODELS.md): SDAR (Qwen3: q/k norms, unshifted) and Fast-dLLM v2
+#: (Qwen2.5: biases, shifted), decoded one active block at a time (dlmpipe/blockwise.py)
+BLOCK_FAMILIES = ["sdar", "fast_dllm_v2"]
+#: the tiny block-causal models' block sizes (the releases': SDAR 4, Fast-dLLM v2 32)
+TINY_BLOCK = {"sdar": 4, "fast_dllm_v2": 8}
 
 
 def tiny_backbone(family: str = "llada", seed: int = 0, n_layers: int = 3, d_model: int = 64,
-                  n_heads: int = 4, n_kv_heads: int | None = None, scale: float = 0.3) -> Backbone:
-    """A random model whose logits are peaked enough for decoding decisions to matter."""
-    dream = family == "dream"
+                  n_heads: int = 4, n_kv_heads: int | None = None, scale: float = 0.3,
+                  stop_ids: list[int] | None = None) -> Backbone:
+    """A random model whose logits are peaked enough for decoding decisions to matter.
+    ``stop_ids``: None is ``[STOP_ID]`` (block-causal models stop after a block holding one)."""
+    shifted = family in ("dream", "fast_dllm_v2")
     cfg = BackboneConfig(family=family, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-                         n_kv_heads=n_kv_heads or (2 if dream else n_heads), mlp_hidden=2 * d_model,
-                         vocab_size=VOCAB, rope_theta=10000.0, norm_eps=1e-5, qkv_bias=dream,
-                         mask_id=MASK_ID, stop_ids=[STOP_ID], pad_id=STOP_ID, logit_shift=dream)
+                         n_kv_heads=n_kv_heads or (2 if shifted else n_heads), mlp_hidden=2 * d_model,
+                         vocab_size=VOCAB, rope_theta=10000.0, norm_eps=1e-5, qkv_bias=shifted,
+                         mask_id=MASK_ID, stop_ids=[STOP_ID] if stop_ids is None else stop_ids,
+                         pad_id=STOP_ID if stop_ids is None else None, logit_shift=shifted,
+                         qk_norm=family == "sdar", block_size=TINY_BLOCK.get(family))
     g = torch.Generator().manual_seed(seed)
     model = Backbone(cfg)
     with torch.no_grad():

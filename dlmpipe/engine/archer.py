@@ -58,10 +58,14 @@ class ArcherCache(Cache):
         m, n = self.model, x.shape[0]
         # rows computed on the cached path: the response, plus the last prompt row when shifted
         self.first_row = m.first_logit_row(prompt_len)
+        rope = m.rope(torch.arange(self.first_row, n, device=m.device))
         if self.shape != (self.first_row, n):  # else the last sample's buffers (and graph) serve
             self.kv = KVBuffer.for_model(m, n)
-            self.rope_rows = m.rope(torch.arange(self.first_row, n, device=m.device))
+            self.rope_rows = rope
             self.shape = (self.first_row, n)
+        else:  # in place (a captured graph reads these tensors): a block-causal backbone's active
+            for table, new in zip(self.rope_rows, rope):  # block sits elsewhere each time
+                table.copy_(new)
         self.anchor: Tensor | None = None
         self.updates_since_refresh = 0
         self.refresh_distances = []

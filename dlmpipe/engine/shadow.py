@@ -59,14 +59,18 @@ class ShadowRows:
         (``[1, Hkv, N, hd]``, what the real rows attended to) and their own."""
         m = self.model
         q, k, v = m.qkv(i, self.h, self.rope)
-        self.h = self.h + m.attn_output(i, self.attend(q, keys, values, k, v))
+        prefix = m.prefix_kv(i) if hasattr(m, "prefix_kv") else None  # a block-causal stand-in
+        self.h = self.h + m.attn_output(i, self.attend(q, keys, values, k, v, prefix))
         self.h = self.h + m.ffn(i, self.h)
 
-    def attend(self, q: Tensor, keys: Tensor, values: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def attend(self, q: Tensor, keys: Tensor, values: Tensor, k: Tensor, v: Tensor,
+               prefix: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """Softmax attention of the shadow queries ``q [1, H, S, hd]`` over the real K/V
         (``sees``) and their own ``k, v [1, Hkv, S, hd]``, without copying the real K/V (a
         concatenation would copy N rows per layer per step): the scores of both parts share
-        one softmax. Query head h reads K/V head h // (H / Hkv), as SDPA's GQA does."""
+        one softmax. Query head h reads K/V head h // (H / Hkv), as SDPA's GQA does.
+        ``prefix``: on a block-causal backbone, the finished blocks' K/V, seen by every shadow
+        row (a third part of the same softmax; dlmpipe/blockwise.py)."""
         b, heads, s, hd = q.shape
         kv_heads = keys.shape[1]
         qg = q.reshape(b, kv_heads, heads // kv_heads * s, hd)
@@ -74,9 +78,15 @@ class ShadowRows:
         real = (qg @ keys.transpose(-1, -2)).float() * scale          # [1, Hkv, g*S, N]
         own = (qg @ k.transpose(-1, -2)).float() * scale              # [1, Hkv, g*S, S]
         real = real.masked_fill(~self.sees.repeat(heads // kv_heads, 1), float("-inf"))
-        w = torch.softmax(torch.cat([real, own], dim=-1), dim=-1)
+        parts = [real, own]
+        if prefix is not None and prefix[0].shape[2]:
+            parts.insert(0, (qg @ prefix[0].transpose(-1, -2)).float() * scale)
+        w = torch.softmax(torch.cat(parts, dim=-1), dim=-1)
+        lo = 0 if len(parts) == 2 else prefix[0].shape[2]
         n = keys.shape[2]
-        o = w[..., :n].to(values.dtype) @ values + w[..., n:].to(v.dtype) @ v
+        o = w[..., lo:lo + n].to(values.dtype) @ values + w[..., lo + n:].to(v.dtype) @ v
+        if lo:
+            o = o + w[..., :lo].to(prefix[1].dtype) @ prefix[1]
         return o.reshape(b, heads, s, hd).transpose(1, 2).reshape(b, s, heads * hd)
 
     def logits(self) -> Tensor:
