@@ -29,6 +29,10 @@ SAMPLER_ASSUMPTIONS = {
     "eb_sampler": "gen_length / t updates, t as for threshold",
     "wino": "gen_length / t updates, t as for threshold, plus block_length shadow rows in every "
             "forward",
+    "sdar": "steps updates per block of 4 positions (SDAR's released block size; the "
+            "checkpoint's is not read)",
+    "fast_dllm_v2": "gen_length / t updates, t as for threshold, in sub-blocks of "
+                    "sub_block_length",
 }
 #: the rows each cache computes per update (N = P + G; full: a forward over all N rows)
 CACHE_ASSUMPTIONS = {
@@ -48,7 +52,10 @@ CACHE_ASSUMPTIONS = {
                   "(layer 0 dense)",
     "d2cache": "full at update 0, else current_k (or the block's masked rows, if more) + the "
                "tokens just decoded + rollout_p x N rows",
+    "fast_dllm_v2": "as fast_dllm_dual over the sampler's sub-blocks",
 }
+#: (the rows are a full-attention backbone's: on a block-causal one a full forward computes the
+#: active block's rows only, docs/METHODS.md "Block-causal backbones"; not modelled yet)
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,10 @@ def schedule(sampler: dict, gen_length: int, parallel_tokens: float = 1.0) -> Sc
     """The sampler's schedule from its (filled) parameters (``SAMPLER_ASSUMPTIONS``)."""
     name, g = sampler["name"], gen_length
     block = (sampler.get("block_length") or g) if name != "dream" else g  # dream: no blocks
+    if name == "sdar":
+        return Schedule(4, max(1, g // 4), sampler["steps"], 4 / sampler["steps"])
+    if name == "fast_dllm_v2":
+        block = sampler["sub_block_length"]
     blocks = max(1, g // block)
     if name in ("llada_confidence", "random_order", "certainty_prior", "pc_sampler", "klass",
                 "dream"):
@@ -94,7 +105,7 @@ def schedule(sampler: dict, gen_length: int, parallel_tokens: float = 1.0) -> Sc
         return Schedule(block, blocks, per_block, block / per_block)
     if name == "saber":
         tokens = float(sampler["n"])
-    elif name in ("threshold", "factor", "eb_sampler", "wino"):
+    elif name in ("threshold", "factor", "eb_sampler", "wino", "fast_dllm_v2"):
         tokens = max(1.0, float(parallel_tokens))
     else:
         raise ValueError(f"no cost model for sampler {name!r} (dlmpipe/cost.py)")
@@ -196,6 +207,7 @@ _CACHE_ROWS = {
     "archer": _archer,
     "fast_dllm_prefix": lambda c, t: t.n if _block_start(c, t) else t.g - t.block * t.s.block,
     "fast_dllm_dual": lambda c, t: t.n if _block_start(c, t) else t.s.block,
+    "fast_dllm_v2": lambda c, t: t.n if _block_start(c, t) else t.s.block,
     "dkv_decode": lambda c, t: t.n if t.in_block < 2 or _every(c.get("refresh_interval"),
                                                               t.in_block) else t.masked + t.s.tokens,
     "dkv_greedy": lambda c, t: t.n if _every(c.get("refresh_interval", 2), t.in_block) else min(

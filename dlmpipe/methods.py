@@ -22,6 +22,11 @@ def check_pairing(sampler_name: str, cache_name: str) -> None:
         raise ValueError(problem)
 
 
+def attention_of(model: Backbone) -> str:
+    """The backbone's attention pattern as the registry names it (``registry.ATTENTIONS``)."""
+    return "full" if model.cfg.block_size is None else "block_causal"
+
+
 def build_sampler(spec: dict) -> Sampler:
     component, params = registry.resolve("sampler", spec)
     return component.load()(**params)
@@ -44,6 +49,8 @@ def build_method(method: dict, model: Backbone, artifacts: dict | None = None,
     """``compile``: how fixed-shape steps run (dlmpipe/graphs.py), checked against the model's
     device before anything runs."""
     check_pairing(method["sampler"]["name"], method["cache"]["name"])
+    if problems := registry.attention_problems(method, attention_of(model)):
+        raise ValueError("; ".join(problems))
     check_device(compile, model.device)
     sampler = build_sampler(method["sampler"])
     cache = build_cache(method["cache"], model, artifacts, backbone)

@@ -135,7 +135,10 @@ class CudaSyncs:
 #: hold every sampler to)
 SAMPLER_READS = {"llada_confidence": 0, "random_order": 0, "saber": 1, "threshold": 1, "factor": 1,
                  "dream": 0, "certainty_prior": 0, "pc_sampler": 0, "wino": 1,
-                 "eb_sampler": 1, "klass": 1}
+                 "eb_sampler": 1, "klass": 1,
+                 # the releases' block loops (block-causal backbones): whether the block (SDAR)
+                 # or the sub-block (Fast-dLLM v2) still has masks
+                 "sdar": 1, "fast_dllm_v2": 1}
 #: the sampler specs the budgets are checked with
 SAMPLER_SPECS = {name: {"name": name, "block_length": 8} for name in SAMPLER_READS} | {
     "dream": {"name": "dream", "alg": "entropy", "temperature": 0.2, "top_p": 0.95}}
@@ -152,6 +155,7 @@ CACHE_READS = {
     "spa": ({"name": "spa", "rank": 8, "refresh_gen_steps": 3}, 0, 0),
     "dllm_cache": ({"name": "dllm_cache", "K_r": 3}, 0, 0),
     "d2cache": ({"name": "d2cache", "current_k": 4}, 0, 1),  # the selected rows' count
+    "fast_dllm_v2": ({"name": "fast_dllm_v2"}, 0, 1),  # whether the sub-block's first is masked
 }
 
 

@@ -20,7 +20,7 @@ from dlmpipe import registry
 from dlmpipe.engine.base import Cache
 from dlmpipe.samplers.base import Sampler
 
-from .models import FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbone
+from .models import BLOCK_FAMILIES, FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbone
 
 SABER = {"name": "saber", "n": 2, "mu": 2}
 LLADA_BLOCKS = {"name": "llada_confidence", "block_length": 8, "steps": 16}
@@ -90,11 +90,27 @@ DEGENERATE = {
     "dllm_cache-rho0.25/wino": row(WINO, {"name": "dllm_cache", "K_p": 1, "K_r": 1, "rho": 0.25},
                                    recompute_fraction=1.0),
     "d2cache-p1/wino": row(WINO, {"name": "d2cache", "rollout_p": 1.0, "current_k": 4}),
+    # block-causal backbones only: Fast-dLLM v2's block + sub-block cache refreshes while a
+    # sub-block's first position is masked, so sub-blocks of one position refresh every step
+    "fast_dllm_v2-sub1/fast_dllm_v2": row({"name": "fast_dllm_v2", "sub_block_length": 1},
+                                          {"name": "fast_dllm_v2"}),
 }
 
 
+def _needs_blocks(name: str) -> bool:
+    sampler, cache, _ = DEGENERATE[name]
+    return any(registry.lookup(kind, spec["name"]).needs_block_causal
+               for kind, spec in (("sampler", sampler), ("cache", cache)))
+
+
+#: on a block-causal backbone each active block is a response of its own (dlmpipe/blockwise.py):
+#: Dream's schedule with as many steps as the block's positions unmasks nothing in its first
+#: step (see DREAM_GREEDY), so that row takes 2 steps per block there
+BLOCK_ROWS = {**DEGENERATE, "archer-k1/dream": row({**DREAM_GREEDY, "steps": 2}, {"name": "archer", "K": 1})}
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("name", list(DEGENERATE))
+@pytest.mark.parametrize("name", [n for n in DEGENERATE if not _needs_blocks(n)])
 def test_degenerate_setting_equals_full_recompute(family, name, device):
     """``device``: cpu, and cuda where available (tests/conftest.py; device_check runs it on cuda)."""
     sampler, cache, stats = DEGENERATE[name]
@@ -110,6 +126,27 @@ def test_degenerate_setting_equals_full_recompute(family, name, device):
             assert ref.stats["nfe"] == ref.stats["steps"]
             assert got.stats["cached_forwards"] == 0 and got.stats["refreshes"] == got.stats["nfe"] - 1
             assert (got.response != MASK_ID).all()
+            assert {k: got.stats[k] for k in stats} == stats
+
+
+@pytest.mark.parametrize("family", BLOCK_FAMILIES)
+@pytest.mark.parametrize("name", list(BLOCK_ROWS))
+def test_degenerate_setting_equals_full_recompute_on_block_causal_backbones(family, name, device):
+    """The same rows on SDAR- and Fast-dLLM-v2-shaped models: each cache on the active block over
+    the exact prefix (dlmpipe/blockwise.py) at its degenerate setting equals recomputing the
+    active block every step, token for token (tests/test_block_causal.py: which equals a forward
+    over the whole sequence); every forward of a block is a full one."""
+    sampler, cache, stats = BLOCK_ROWS[name]
+    for seed in (0, 1, 2):
+        model = tiny_backbone(family, seed=seed, n_layers=4).to(device)
+        for p_len in (5, 24):
+            prompt = random_prompt(p_len, seed)
+            ref = decode_method(model, sampler, {"name": "none"}, prompt, seed=seed)
+            got = decode_method(model, sampler, cache, prompt, seed=seed)
+            assert torch.equal(got.response, ref.response), (seed, p_len)
+            for key in ("steps", "nfe", "revisions", "block_forwards", "rows_computed"):
+                assert got.stats[key] == ref.stats[key], (key, seed, p_len)
+            assert got.stats["cached_forwards"] == 0
             assert {k: got.stats[k] for k in stats} == stats
 
 
@@ -158,12 +195,14 @@ def _rows_read(sampler_rows: str, x: torch.Tensor, prompt_len: int, block, due) 
     return rows
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + BLOCK_FAMILIES)
 def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
     """For every sampler x cache the registry allows, decode and check at every step that the
-    rows the sampler reads hold finite logits; refused pairs are refused by check_pairing."""
+    rows the sampler reads hold finite logits; refused pairs are refused by check_pairing, and
+    the releases' block loops by the backbone's attention pattern (on block-causal backbones the
+    sampler and the cache see the active block)."""
     from dlmpipe.decode import decode
-    from dlmpipe.methods import build_cache, build_sampler, check_pairing
+    from dlmpipe.methods import build_cache, build_method, build_sampler, check_pairing
 
     model = tiny_backbone(family, seed=3)
     prompt = random_prompt(9, 3)
@@ -173,11 +212,20 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
                 "certainty_prior": {"block_length": 8}, "pc_sampler": {"block_length": 8},
                 "wino": {"block_length": 8},
                 "eb_sampler": {"block_length": 8, "gamma": 0.5},
-                "klass": {"block_length": 8, "conf_threshold": 0.5, "kl_threshold": 0.5}}
+                "klass": {"block_length": 8, "conf_threshold": 0.5, "kl_threshold": 0.5},
+                "sdar": {"temperature": 0.5}, "fast_dllm_v2": {"sub_block_length": 4}}
     assert set(samplers) == set(registry.SAMPLERS)
     refused = set()
+    attention = "block_causal" if family in BLOCK_FAMILIES else "full"
     for s_name, s_params in samplers.items():
         for c_name in registry.CACHES:
+            method = {"sampler": {"name": s_name}, "cache": {"name": c_name}}
+            if registry.attention_problems(method, attention):
+                assert "decodes a block-causal backbone's blocks" in registry.attention_problems(
+                    method, attention)[0]
+                with pytest.raises(ValueError):  # (the pairing's problem, else this one)
+                    build_method(method, model)
+                continue
             if registry.pairing_problem(s_name, c_name):
                 with pytest.raises(ValueError, match=f"cache '{c_name}' (gives fresh logits only "
                                                      f"for .*|does not compute shadow rows); "
@@ -186,13 +234,15 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
                 refused.add((s_name, c_name))
                 continue
             sampler = build_sampler({"name": s_name, **s_params})
-            cache = build_cache({"name": c_name, **({"rank": 8} if c_name == "spa" else {})}, model)
+            # (no SPA-Cache profile is known for the block-causal families: name one)
+            spa = {"rank": 8, **({"profile": "llada-8b-instruct"} if attention != "full" else {})}
+            cache = build_cache({"name": c_name, **(spa if c_name == "spa" else {})}, model)
             reads = registry.SAMPLERS[s_name].rows
             inner = cache.response_logits
 
             def checked(x, block, inner=inner, reads=reads, sampler=sampler):
                 logits = inner(x, block)
-                rows = _rows_read(reads, x, prompt.shape[0], block, sampler.due_positions())
+                rows = _rows_read(reads, x, sampler.prompt_len, block, sampler.due_positions())
                 assert torch.isfinite(logits[:rows.numel()][rows]).all(), (s_name, c_name)
                 shadow = sampler.shadow_block()  # its verification rows follow the response's
                 assert logits.shape[0] == rows.numel() + (0 if shadow is None else shadow[1] - shadow[0])
@@ -201,7 +251,8 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
 
             cache.response_logits = checked
             out = decode(model, sampler, cache, prompt, 16, torch.Generator().manual_seed(0))
-            assert (out.response != MASK_ID).all(), (s_name, c_name)
+            if family in FAMILIES:  # a block-causal decode stops after a block with a stop token
+                assert (out.response != MASK_ID).all(), (s_name, c_name)
     # rollback re-scores every response row, and KLASS's KL history covers positions before their
     # block starts: only the caches that leave rows stale refuse them
     stale = {(s, c) for s in ("saber", "klass")
@@ -209,4 +260,16 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
     # WINO reads shadow rows (its verification queries): every cache computes them next to its
     # forward (engine/shadow.py), over the K/V its own rows attend to, so none refuses it; a
     # cache without them would be refused (registry shadow_rows; tests/test_wino.py)
+    if family in BLOCK_FAMILIES:  # and Fast-dLLM v2's cache, a block-row cache too; SDAR reads
+        # its whole active block (its released rule rewrites decoded positions)
+        stale |= {(s, "fast_dllm_v2") for s in ("saber", "klass")}
+        stale |= {("sdar", c) for c in ("dkv_decode", "dkv_greedy", "d2cache")}
     assert refused == stale
+
+
+def test_every_method_states_what_it_means_on_block_causal_backbones():
+    """docs/METHODS.md, "Block-causal backbones": each sampler and cache says what it does on the
+    active block, or why it is refused there."""
+    for table in registry.KINDS.values():
+        for c in table.values():
+            assert c.on_block_causal or c.block_causal_refusal, c.name

@@ -325,3 +325,20 @@ def test_snakemake_stops_before_any_job_naming_every_plan_problem(tmp_path, snak
     assert "rule " not in proc.stdout and not (tmp_path / "results").exists()
     # the pins were hashed once, in the workflow's working directory
     assert (tmp_path / ".snakemake" / "dlmpipe" / "sha256.json").is_file()
+
+
+def test_a_release_loop_on_a_full_attention_backbone_is_refused(tiny_config, tmp_path, monkeypatch):
+    """The backbone's attention pattern comes from config.json's model_type (SDAR, Fast-dLLM v2:
+    block-causal); a block loop of a release on a full-attention backbone fails at config time
+    with the reason, and every other method runs on a block-causal one (dlmpipe/registry/)."""
+    monkeypatch.chdir(tmp_path)
+    sdar = make_tiny_checkpoint(tmp_path / "sdar", "sdar")
+    tiny_config["backbones"]["sdar"] = {"path": str(sdar)}
+    tiny_config["methods"]["sdar-generate"] = {"sampler": {"name": "sdar"}, "cache": {"name": "none"},
+                                               "backbones": ["sdar"]}
+    assert problems(tiny_config) == []
+    del tiny_config["methods"]["sdar-generate"]["backbones"]
+    assert problems(tiny_config) == [
+        "methods.sdar-generate: sampler 'sdar' decodes a block-causal backbone's blocks "
+        "(block_size: SDAR, Fast-dLLM v2); this backbone attends bidirectionally over the whole "
+        "sequence (method sdar-generate on toy: backbones.toy (toy) (llada family))"]

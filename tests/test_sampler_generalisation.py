@@ -14,7 +14,9 @@ from dlmpipe import registry
 
 from .models import FAMILIES, decode_method, random_prompt, tiny_backbone
 
-BASE_SAMPLERS = {"llada_confidence", "saber", "threshold", "factor", "random_order", "dream"}
+BASE_SAMPLERS = {"llada_confidence", "saber", "threshold", "factor", "random_order", "dream",
+                 # the releases' own block loops, checked against them (tests/test_block_releases.py)
+                 "sdar", "fast_dllm_v2"}
 
 
 def row(sampler: dict, reference: dict, cache: dict | None = None) -> tuple[dict, dict, dict]:

@@ -206,7 +206,8 @@ CACHED = {"archer": {"name": "archer", "K": "inf"},
           "dkv_greedy": {"name": "dkv_greedy"},
           "spa": {"name": "spa", "rank": 8, "budget": "uniform", "rho": 0.25},
           "dllm_cache": {"name": "dllm_cache", "rho": 0.25},
-          "d2cache": {"name": "d2cache", "current_k": 4}}
+          "d2cache": {"name": "d2cache", "current_k": 4},
+          "fast_dllm_v2": {"name": "fast_dllm_v2"}}
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -1,14 +1,16 @@
 """Every generate job's concrete method, per (method, task, backbone): the method's overrides for
 that backbone and task applied (dlmpipe/overrides.py), its ``auto`` parameters chosen for the
 backbone's checkpoint (``registry.bind``), its generation length (the method's own, else the
-task's), and the registry's checks of the result against that length and against the
-backbone's widths (config.json, or a toy's options), each problem naming the key that set it.
+task's), and the registry's checks of the result against that length, against the
+backbone's widths (config.json, or a toy's options) and against its attention pattern
+(block-causal or full), each problem naming the key that set it.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from .. import overrides, registry
+from ..backbones.families import family
 from ..backbones.identity import CheckpointError
 from .backbones import Checkpoints
 
@@ -51,6 +53,18 @@ def width_problems(where: str, method: dict, backbone: str, checkpoints: Checkpo
     return [f"{where}.{p} ({job}: {widths.source})" for p in registry.widths_problems(method, widths)]
 
 
+def attention_problems(where: str, method: dict, backbone: str, checkpoints: Checkpoints,
+                       job: str) -> list[str]:
+    """The method's sampler and cache against the backbone's attention pattern (its family's,
+    from config.json's model_type: block-causal for SDAR and Fast-dLLM v2; a toy is LLaDA's)."""
+    identity = checkpoints.identity(backbone)
+    if isinstance(identity, CheckpointError):
+        return []  # reported where the checkpoint is checked
+    attention = family(identity.family).attention
+    return [f"{where}: {p} ({job}: {identity.describe()})"
+            for p in registry.attention_problems(method, attention)]
+
+
 def build_jobs(campaign: Campaign, checkpoints: Checkpoints,
                check_paths: bool) -> tuple[dict[tuple[str, str, str], dict], list[str]]:
     """(method, task, backbone) -> the method its generate job decodes with, and the problems
@@ -77,6 +91,7 @@ def build_jobs(campaign: Campaign, checkpoints: Checkpoints,
                              for p in registry.gen_length_problems(method, gen_length)]
                 job = f"method {name} on {backbone}" + (f", with {used}" if applied else "")
                 problems += width_problems(where, method, backbone, checkpoints, check_paths, job)
+                problems += attention_problems(where, method, backbone, checkpoints, job)
                 jobs[(name, task, backbone)] = {**method, "gen_length": gen_length}
     return jobs, problems
 

@@ -14,7 +14,9 @@ steps inside a block; 1 is the degenerate setting (every step full) used by the 
 tests. How long a block lasts is the sampler's decision (the parallel samplers loop each block
 until it has no masks); the cache never ends a block.
 
-Only the current block's rows are served (registry rows ``block_rows``; other rows hold NaN), so
+``FastDLLMv2Cache`` is Fast-dLLM v2's block + sub-block cache: the dual cache with the release's
+refresh condition. Only the current block's rows are served (registry rows ``block_rows``; other
+rows hold NaN), so
 a rollback sampler is refused at config time.
 """
 from __future__ import annotations
@@ -32,6 +34,10 @@ class FastDLLMCache(RowKVCache):
         super().__init__(model)
         self.refresh_interval = refresh_interval
 
+    def refresh_due(self, x: Tensor) -> bool:
+        """A full forward inside the block (``refresh_interval``)."""
+        return self.refresh_interval is not None and self.block_step % self.refresh_interval == 0
+
     @abstractmethod
     def recomputed_rows(self, lo: int, hi: int) -> tuple[int, int]:
         """Absolute rows ``[start, stop)`` a cached step of block ``[lo, hi)`` recomputes."""
@@ -42,9 +48,7 @@ class FastDLLMCache(RowKVCache):
         new_block = self._enter(block)
         lo, hi = self.block
         serve = self.positions[lo:hi]  # response positions of the block
-        refresh = (self.refresh_interval is not None
-                   and self.block_step % self.refresh_interval == 0)
-        if new_block or refresh:
+        if new_block or self.refresh_due(x):
             self.stats.refreshes += 0 if first else 1
             return self._full_forward(x, serve)
         self.stats.cached_forwards += 1
@@ -61,3 +65,17 @@ class FastDLLMDualCache(FastDLLMCache):
     def recomputed_rows(self, lo: int, hi: int) -> tuple[int, int]:
         return self.model.first_logit_row(self.prompt_len + lo), self.prompt_len + hi
 
+
+
+class FastDLLMv2Cache(FastDLLMDualCache):
+    """Fast-dLLM v2's block + sub-block cache (``use_block_cache``; docs/METHODS.md §2.8), on the
+    active block of a block-causal backbone, whose finished blocks are the block-level cache
+    (dlmpipe/blockwise.py). The sampler's block is the sub-block: a forward of the whole active
+    block at each sub-block's start and again while the sub-block's first position is masked
+    (the release's condition), else the sub-block's rows only (for a shifted family also the row
+    before it) over the cached K/V of the rest of the active block; ``refresh_interval`` adds
+    full forwards as for the other Fast-dLLM caches (null: the release's)."""
+
+    def refresh_due(self, x: Tensor) -> bool:
+        return (super().refresh_due(x)
+                or bool(x[self.prompt_len + self.block[0]] == self.model.cfg.mask_id))

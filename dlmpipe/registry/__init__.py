@@ -10,7 +10,8 @@ relate its parameters to a task's generation length and the backbone's widths.
 - ``samplers.py`` and ``caches.py``: the entries (``SAMPLERS``, ``CACHES``);
 - ``derived.py``: what derives from them: the config schema's sampler/cache blocks
   (``schema_defs``; dlmpipe.config_schema installs them), the pairing rule (``pairing_problem``:
-  a sampler may not read rows a cache leaves stale), the workflow's extra inputs (``artifacts``:
+  a sampler may not read rows a cache leaves stale; ``attention_problems``: what a backbone's
+  attention pattern rules out), the workflow's extra inputs (``artifacts``:
   the svd rule's proxies file), construction with defaults filled and ranges checked
   (``resolve``; dlmpipe.methods builds), parameters chosen from the backbone when set to
   ``auto`` (``bind``: SPA-Cache's ``profile``; the campaign binds them per backbone, so a
@@ -24,14 +25,15 @@ dlmpipe.registry``) prints every entry's parameters and which caches serve which
 from .caches import CACHES, rank_within_value_projection
 from .component import (ROWS, ROWS_MEANING, Component, choice, fraction_or_null, integer, number,
                         positive_or_null, seed_or_null, serves, table)
-from .derived import (BOUNDS, KINDS, NoFit, artifacts, bind, bind_method, bounds, canonical,
+from .derived import (ATTENTIONS, BOUNDS, KINDS, NoFit, artifacts, attention_problems,
+                      attention_refusal, bind, bind_method, bounds, canonical,
                       expected, gen_length_problems, lookup, pairing_problem, refusal, resolve,
                       schema_defs, serving_caches, widths_problems)
 from .describe import describe, pairing_table
 from .samplers import (CONFIDENCE, LLADA_SCHEDULE, PARALLEL_BLOCKS, SAMPLERS, TEMPERATURE,
                        blocks_tile_response, steps_split_over_blocks)
 
-__all__ = ["BOUNDS", "CACHES", "CONFIDENCE", "KINDS", "LLADA_SCHEDULE", "PARALLEL_BLOCKS", "ROWS",
+__all__ = ["ATTENTIONS", "attention_problems", "attention_refusal", "BOUNDS", "CACHES", "CONFIDENCE", "KINDS", "LLADA_SCHEDULE", "PARALLEL_BLOCKS", "ROWS",
            "ROWS_MEANING", "SAMPLERS", "TEMPERATURE", "Component", "NoFit", "artifacts", "bind",
            "bind_method", "blocks_tile_response", "bounds", "canonical", "choice", "describe",
            "expected", "fraction_or_null", "gen_length_problems", "integer", "lookup", "number",

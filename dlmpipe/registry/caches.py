@@ -7,6 +7,7 @@ of tests/test_exactness.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from ..engine import spa_profiles
@@ -53,6 +54,12 @@ CACHES = table(
         "Fast-dLLM dual cache: a full forward at each block start; later steps recompute only the "
         "current block over cached K/V of every other position",
         "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}, shadow_rows=True),
+    Component(
+        "fast_dllm_v2", "dlmpipe.engine.fast_dllm:FastDLLMv2Cache",
+        "Fast-dLLM v2's block + sub-block cache: finished blocks are the block cache; the whole "
+        "active block at each sub-block start and while its first position is masked, else only "
+        "the sub-block's rows", "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL},
+        shadow_rows=True, needs_block_causal=True),
     Component(
         "dkv_decode", "dlmpipe.engine.dkv:DKVDecodeCache",
         "dKV-Cache decode (delayed caching of decoded tokens' K/V; steps 0 and 1 of a block full)",
@@ -134,3 +141,28 @@ CACHES = table(
                         "search window is sized by the masks the block had at the step's start")},
         shadow_rows=True),
 )
+
+
+#: what each cache means on a block-causal backbone (``Component.on_block_causal``): every one
+#: runs on the active block over the exact K/V of the finished prefix (dlmpipe/blockwise.py)
+_ON_BLOCK_CAUSAL = {
+    "none": "the active block's rows every step over the exact prefix (the releases' loop "
+            "without a sub-block cache; the exactness reference)",
+    "archer": "prompt cache over the active block's prompt rows (the prompt's tail, a shifted "
+              "family's next token); the finished prefix is exact without it",
+    "fast_dllm_prefix": "the sampler's sub-block and the rest of the active block recomputed, the "
+                        "block's earlier rows reused",
+    "fast_dllm_dual": "a sub-block cache (Fast-dLLM v2's, refreshed at sub-block starts only): the "
+                      "sampler's sub-block over the active block's cached K/V",
+    "fast_dllm_v2": "the release's block + sub-block cache",
+    "dkv_decode": "delayed caching of the active block's decoded rows",
+    "dkv_greedy": "the active block's rows decoded since the last forward, its due and "
+                  "neighbouring masks",
+    "spa": "updates rows of the active block (budgets of its positions); the prefix is exact, "
+           "never refreshed",
+    "dllm_cache": "updates rows of the active block (rho of its positions); the prefix is exact, "
+                  "never refreshed",
+    "d2cache": "selects rows of the active block; its attention rollout runs over them (the "
+               "prefix's attention left out)",
+}
+CACHES = {n: dataclasses.replace(c, on_block_causal=_ON_BLOCK_CAUSAL[n]) for n, c in CACHES.items()}

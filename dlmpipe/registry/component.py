@@ -89,6 +89,14 @@ class Component:
     #: cache: keeps a prompt snapshot whose next refresh can be forced or withheld
     #: (``Cache.force_next``), which the matched-state intervention needs (docs/ANALYSES.md)
     feedback_intervention: bool = False
+    #: what it means on a block-causal backbone (``block_size``: SDAR, Fast-dLLM v2), where the
+    #: decode loop hands sampler and cache one active block over the exact K/V of the finished
+    #: prefix (dlmpipe/blockwise.py; docs/METHODS.md, "Block-causal backbones")
+    on_block_causal: str = ""
+    #: why it cannot run on a block-causal backbone (refused at config time), or None
+    block_causal_refusal: str | None = None
+    #: a release's block loop: runs on block-causal backbones only (refused on full attention)
+    needs_block_causal: bool = False
 
     def load(self) -> type:
         module, _, cls = self.target.partition(":")

@@ -52,6 +52,28 @@ def pairing_problem(sampler: str, cache: str) -> str | None:
     return f"{why}; caches that serve it: {', '.join(serving_caches(sampler))}"
 
 
+#: the attention patterns of the backbone families (backbones/families/: ``Family.attention``)
+ATTENTIONS = ("full", "block_causal")
+
+
+def attention_refusal(kind: str, name: str, attention: str) -> str | None:
+    """Why the sampler or cache ``name`` cannot decode a backbone of ``attention`` (``full`` or
+    ``block_causal``), or None."""
+    c = lookup(kind, name)
+    if attention == "block_causal" and c.block_causal_refusal:
+        return f"{kind} {name!r} cannot decode a block-causal backbone: {c.block_causal_refusal}"
+    if attention == "full" and c.needs_block_causal:
+        return (f"{kind} {name!r} decodes a block-causal backbone's blocks (block_size: SDAR, "
+                f"Fast-dLLM v2); this backbone attends bidirectionally over the whole sequence")
+    return None
+
+
+def attention_problems(method: dict, attention: str) -> list[str]:
+    """The method's sampler and cache against the backbone's attention pattern."""
+    return [p for part in ("sampler", "cache")
+            if (p := attention_refusal(part, method[part]["name"], attention))]
+
+
 def artifacts(method: dict) -> tuple[str, ...]:
     """Artifact kinds a method needs (its sampler and cache specs with defaults filled)."""
     return tuple(kind for part in ("sampler", "cache")

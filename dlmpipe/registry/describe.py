@@ -34,6 +34,12 @@ def rows_text(kind: str, c: Component) -> str:
         extra.append("reads shadow rows" if kind == "sampler" else "computes shadow rows")
     extra += [f"needs the backbone's {a}" for a in c.artifacts]
     extra += [f"{key}: auto chosen from the backbone" for key in c.auto]
+    if c.needs_block_causal:
+        extra.append("block-causal backbones only")
+    if c.block_causal_refusal:
+        extra.append(f"refused on block-causal backbones: {c.block_causal_refusal}")
+    elif c.on_block_causal:
+        extra.append(f"on a block-causal backbone: {c.on_block_causal}")
     return "; ".join([f"{verb} {ROWS_MEANING[c.rows]}", *extra])
 
 

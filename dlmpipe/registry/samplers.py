@@ -6,6 +6,7 @@ table of tests/test_exactness.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from .component import (Component, choice, fraction_or_null, integer, number, positive_or_null,
@@ -189,6 +190,52 @@ SAMPLERS = table(
          "temperature": TEMPERATURE},
         checks=(blocks_tile_response,)),
     Component(
+        "sdar", "dlmpipe.samplers.sdar:SDARSampler",
+        "SDAR's generate (block_diffusion_generate): per active block, the block's positions split "
+        "over steps; each step draws tokens (temperature, top-k, top-p) and transfers them by the "
+        "remasking strategy", "block_rows",
+        {"remasking": choice(["low_confidence_dynamic", "low_confidence_static", "sequential",
+                              "entropy_bounded"], "low_confidence_dynamic",
+                             "low_confidence_dynamic: every mask above confidence_threshold when at "
+                             "least the step's count, else that many most confident; "
+                             "low_confidence_static: the step's count most confident; sequential: "
+                             "from the first mask on; entropy_bounded: by ascending entropy while "
+                             "their sum stays below eb_threshold"),
+         "steps": integer(4, "denoising steps per active block (the release's default 4; its "
+                             "evaluation uses the block size)"),
+         "confidence_threshold": number(0.85, "low_confidence_dynamic's threshold (released 0.85)",
+                                        maximum=1),
+         "eb_threshold": number(0.35, "entropy_bounded's bound on the summed entropies (released "
+                                      "0.35)", exclusive_minimum=True),
+         "temperature": number(1.0, "divides the logits before the draw (released 1.0; 0: the most "
+                                    "probable token)"),
+         "top_k": positive_or_null(None, "keep the k most probable tokens (null: all; the "
+                                         "release's 0)"),
+         "top_p": number(1.0, "nucleus mass kept (1: all)", exclusive_minimum=True, maximum=1),
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: only masked positions are transferred; released: generate.py's "
+                        "top-k over the whole block, which rewrites decoded positions once the "
+                        "step's count exceeds the masks left (entropy_bounded cannot run there)")},
+        checks=(lambda p, g: "sampler.rule: released cannot run remasking entropy_bounded (the "
+                "release's branch sums the chosen tokens' p log p over the block and never "
+                "initialises its selection); use rule paper"
+                if p.get("rule") == "released" and p.get("remasking") == "entropy_bounded" else None,),
+        needs_block_causal=True),
+    Component(
+        "fast_dllm_v2", "dlmpipe.samplers.fast_dllm_v2:FastDLLMv2Sampler",
+        "Fast-dLLM v2's batch_sample: per active block, sub-blocks from the block's start, each "
+        "stepped until it has no masks, unmasking every mask above threshold and the most "
+        "confident", "masked_rows",
+        {"threshold": number(0.9, "unmask every masked position with confidence > threshold (the "
+                                  "most confident always; eval.py's 0.9)", maximum=1),
+         "sub_block_length": integer(8, "sub-block positions, counted from the active block's start "
+                                        "(eval.py's small_block_size 8)"),
+         "temperature": number(0, "0 (the release's default): the most probable token; > 0: drawn "
+                                  "from the top-p filtered softmax(logits / T)"),
+         "top_p": number(0.95, "nucleus mass kept at temperature > 0 (released 0.95)",
+                         exclusive_minimum=True, maximum=1)},
+        needs_block_causal=True),
+    Component(
         "klass", "dlmpipe.samplers.klass:KLASS",
         "KLASS: unmask the block's masked positions whose last history_length step-to-step KL "
         "divergences are below kl_threshold and whose confidence is above conf_threshold; none "
@@ -208,3 +255,28 @@ SAMPLERS = table(
          **LLADA_SCHEDULE},
         checks=(blocks_tile_response, steps_split_over_blocks)),
 )
+
+
+#: what each sampler means on a block-causal backbone (``Component.on_block_causal``): every one
+#: decodes the active block as its response (dlmpipe/blockwise.py), ``block_length`` sub-blocks
+#: inside it (one when it does not divide the block's positions) and ``steps`` per active block
+_ON_BLOCK_CAUSAL = {
+    "llada_confidence": "LLaDA's schedule inside each active block (steps per active block)",
+    "saber": "rollback stays inside the active block: finished blocks are final (the exact "
+             "prefix); Saber re-scores only the active block's rows",
+    "threshold": "the block loop inside the active block (block_length: its sub-blocks)",
+    "factor": "the block loop inside the active block (block_length: its sub-blocks)",
+    "random_order": "orders fixed per sub-block of the active block",
+    "dream": "Dream's schedule over each active block's positions (steps per active block)",
+    "certainty_prior": "LLaDA's schedule inside the active block; the certainty density over "
+                       "its decoded positions",
+    "pc_sampler": "LLaDA's schedule inside the active block; the position weight from the "
+                  "sub-block's start",
+    "wino": "wide-in and narrow-out inside the active block; the shadow rows also attend to the "
+            "finished prefix's K/V",
+    "eb_sampler": "the entropy bound inside the active block (block_length: its sub-blocks)",
+    "klass": "KL histories of the active block's positions (steps per active block)",
+    "sdar": "the release's denoising loop of one active block",
+    "fast_dllm_v2": "the release's sub-block loop of one active block",
+}
+SAMPLERS = {n: dataclasses.replace(c, on_block_causal=_ON_BLOCK_CAUSAL[n]) for n, c in SAMPLERS.items()}

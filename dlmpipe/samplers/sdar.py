@@ -1,0 +1,125 @@
+"""SDAR's generation loop (JetAstra/SDAR ``generate.py``, ``block_diffusion_generate``;
+docs/METHODS.md §1.11), the sampler of one active block of a block-causal backbone.
+
+The block loop itself (prompt's whole blocks prefilled, the prompt's tail decoded with the first
+active block, a finished block's K/V computed once with its final tokens) is the backbone's
+(dlmpipe/blockwise.py); this is what one denoising step of the active block decides. The
+block's n positions (its prompt rows included, as the release counts them) are split over
+``steps`` (the remainder to the first steps): step s transfers k_s tokens. Each step draws a
+token per position from ``softmax(logits / temperature)`` after top-k and top-p filtering
+(temperature 0: the most probable), with its probability as confidence, and by
+``remasking``:
+
+- ``low_confidence_static``: the k_s most confident masked positions;
+- ``low_confidence_dynamic`` (the release's default): every masked position above
+  ``confidence_threshold`` when there are at least k_s of them, else the k_s most confident;
+- ``sequential``: k_s positions from the first mask on;
+- ``entropy_bounded``: masked positions by ascending entropy of their distribution, the largest
+  prefix whose entropies sum below ``eb_threshold`` (at least one).
+
+The block ends when it has no masks. ``rule: released``: the release's ``topk`` runs over every
+position with visible ones at -inf, so once k_s exceeds the masks left it also rewrites decoded
+positions with their current draw; the default (the paper's rule) transfers masked positions
+only. The release's ``entropy_bounded`` cannot run (it sums the chosen tokens' p log p over the
+block and never initialises its selection), so the registry refuses it with ``released``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .base import Sampler, to_device
+
+REMASKING = ("low_confidence_dynamic", "low_confidence_static", "sequential", "entropy_bounded")
+
+
+def transfer_counts(block: int, steps: int) -> list[int]:
+    """The release's ``get_num_transfer_tokens``: ``block`` split over ``steps``, the remainder
+    to the first steps."""
+    base, rem = divmod(block, steps)
+    return [base + (1 if i < rem else 0) for i in range(steps)]
+
+
+def filtered_probs(logits: Tensor, temperature: float, top_k: int | None, top_p: float) -> Tensor:
+    """float64 ``softmax(logits / T)`` after top-k and top-p (the release's order: top-k, then
+    the smallest prefix of the sorted distribution reaching top_p, its first token always kept);
+    at T = 0 the plain softmax."""
+    wide = logits.to(torch.float64)
+    if temperature > 0:
+        wide = wide / temperature
+    if top_k:
+        kth = torch.topk(wide, min(top_k, wide.shape[-1]), dim=-1).values[..., -1:]
+        wide = wide.masked_fill(wide < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, index = torch.sort(wide, descending=True, dim=-1)
+        drop = torch.cumsum(torch.softmax(ordered, dim=-1), dim=-1) > top_p
+        drop[..., 1:] = drop[..., :-1].clone()
+        drop[..., 0] = False
+        wide = wide.masked_fill(torch.zeros_like(drop).scatter(-1, index, drop), float("-inf"))
+    return torch.softmax(wide, dim=-1)
+
+
+def draw(probs: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
+    """One token per row: the most probable at T = 0, else by inverse CDF with uniforms from the
+    sample's CPU generator (the same tokens on every device)."""
+    if temperature == 0:
+        return probs.argmax(-1)
+    u = to_device(torch.rand(probs.shape[:-1], dtype=torch.float64, generator=generator), probs.device)
+    cdf = torch.cumsum(probs, dim=-1)
+    return torch.searchsorted(cdf, (u * cdf[..., -1])[..., None], right=True).clamp_max(
+        probs.shape[-1] - 1)[..., 0]
+
+
+class SDARSampler(Sampler):
+    def __init__(self, *, remasking: str, steps: int, confidence_threshold: float,
+                 eb_threshold: float, temperature: float, top_k: int | None, top_p: float, rule: str):
+        if remasking not in REMASKING:
+            raise ValueError(f"remasking must be one of {', '.join(REMASKING)}")
+        self.remasking, self.denoising_steps = remasking, steps
+        self.threshold, self.eb_threshold = confidence_threshold, eb_threshold
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.released = rule == "released"
+
+    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator, device)
+        # the release splits the whole block, its prompt rows included (prompt_len + gen_len)
+        self.schedule = transfer_counts(prompt_len + gen_len, self.denoising_steps)
+        self.block_step = 0
+
+    def step(self, x: Tensor, logits: Tensor) -> None:
+        response = x[self.prompt_len:]
+        masked = response == self.mask_id
+        probs = filtered_probs(logits, self.temperature, self.top_k, self.top_p)
+        tokens = draw(probs, self.temperature, self.generator)
+        confidence = probs.gather(-1, tokens[:, None])[:, 0]
+        k = self.schedule[self.block_step] if self.block_step < len(self.schedule) else 1
+        transfer = self._transfer(masked, confidence, probs, min(k, response.numel()))
+        if not self.released:
+            transfer &= masked
+        response[transfer] = tokens[transfer]
+        self.block_step += 1
+        self.steps += 1
+        self._track(response)
+        self.done = not bool((response == self.mask_id).any())  # the loop's one read per step
+
+    def _transfer(self, masked: Tensor, confidence: Tensor, probs: Tensor, k: int) -> Tensor:
+        chosen = torch.zeros_like(masked)
+        if self.remasking == "sequential":
+            first = int(masked.to(torch.int8).argmax())
+            chosen[first:first + k] = True
+            return chosen
+        if self.remasking == "entropy_bounded":
+            entropy = -torch.where(probs > 0, probs * probs.log(), 0.0).sum(-1)
+            entropy = entropy.masked_fill(~masked, float("inf"))
+            ordered, order = torch.sort(entropy, stable=True)
+            n = torch.searchsorted(torch.cumsum(ordered, 0), torch.tensor(
+                self.eb_threshold, dtype=ordered.dtype, device=ordered.device), right=False)
+            n = n.clamp(min=1, max=masked.sum())
+            chosen[order] = torch.arange(order.numel(), device=order.device) < n
+            return chosen
+        scored = confidence.masked_fill(~masked, float("-inf"))
+        chosen[torch.topk(scored, k).indices] = True
+        if self.remasking == "low_confidence_dynamic":
+            high = scored > self.threshold
+            chosen = torch.where(high.sum() >= k, high, chosen)
+        return chosen
