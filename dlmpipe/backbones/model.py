@@ -64,6 +64,13 @@ GEMM_ROW_MULTIPLE = 4
 SILU_CHUNK = 16384
 
 
+def _cpu_threads() -> int:
+    """Threads the CPU kernels split a call among, for the row-invariance rules below; 1 inside a
+    ``torch.compile`` trace (which cannot read it, and whose step is never batched: compile modes
+    run at batch size 1), so a compiled step pads as one thread's eager step does."""
+    return 1 if torch.compiler.is_compiling() else torch.get_num_threads()
+
+
 def _pad_rows(x: Tensor, dim: int, fill: float = 0) -> Tensor:
     """``x`` with rows of ``fill`` appended along ``dim`` up to a multiple of ``GEMM_ROW_MULTIPLE``."""
     pad = -x.shape[dim] % GEMM_ROW_MULTIPLE
@@ -79,7 +86,7 @@ def linear(proj: nn.Linear, x: Tensor) -> Tensor:
     thread computes every call of at least 4 rows alike, so there only 1-3 rows are padded)."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if (x.device.type != "cpu" or rows % GEMM_ROW_MULTIPLE == 0
-            or (rows > GEMM_ROW_MULTIPLE and torch.get_num_threads() == 1)):
+            or (rows > GEMM_ROW_MULTIPLE and _cpu_threads() == 1)):
         return proj(x)
     out = proj(_pad_rows(x.reshape(rows, x.shape[-1]), 0))[:rows]
     return out.reshape(*x.shape[:-1], out.shape[-1])
@@ -96,7 +103,7 @@ def silu(x: Tensor) -> Tensor:
     n = x.numel()
     if x.device.type != "cpu" or n == 0 or x.requires_grad:  # training: autograd's own
         return F.silu(x)
-    one_call = n <= SILU_CHUNK or torch.get_num_threads() == 1
+    one_call = n <= SILU_CHUNK or _cpu_threads() == 1
     if n % 64 == 0 and one_call and x.is_contiguous():
         return F.silu(x)
     flat = x.reshape(-1)
@@ -239,7 +246,7 @@ class Backbone(nn.Module):
         of the cached K/V to H heads (docs/ARCHITECTURE.md, performance shape).
         """
         tq = q.shape[2]
-        if q.device.type == "cpu" and tq % GEMM_ROW_MULTIPLE and torch.get_num_threads() > 1:
+        if q.device.type == "cpu" and tq % GEMM_ROW_MULTIPLE and _cpu_threads() > 1:
             q = _pad_rows(q, 2)  # row-invariant (GEMM_ROW_MULTIPLE; one thread already is)
             if mask is not None and mask.dim() >= 2 and mask.shape[-2] == tq:  # padded rows attend
                 mask = _pad_rows(mask, mask.dim() - 2, True if mask.dtype == torch.bool else 0)
