@@ -46,7 +46,11 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_collection_finish(session):
     """The shipped toy's retraining takes minutes: start it beside the other tests as soon as
-    its test is collected (tests/toy_retraining.py), where it can reproduce the shipped bits."""
+    its test is collected (tests/toy_retraining.py), where it can reproduce the shipped bits.
+    Under pytest-xdist every worker collects every test, so there the test's own worker starts
+    it when the test runs (the ``toy_retraining`` fixture)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     if any(item.name == RETRAIN_TEST for item in session.items):
         from .test_shipped_toy import kernels_differ
 
