@@ -125,7 +125,8 @@ def host_syncs(ck) -> None:
         for cache_id, (spec, _, _) in CACHE_READS.items():
             bad = []
             for s_name in SAMPLER_READS:
-                if registry.pairing_problem(s_name, spec["name"]):
+                if registry.pairing_problem(s_name, spec["name"]) or registry.attention_problems(
+                        {"sampler": {"name": s_name}, "cache": spec}, "full"):  # full-attention families
                     continue
                 sampler = build_sampler(SAMPLER_SPECS[s_name])
                 with MonkeyPatch.context() as mp:
