@@ -9,7 +9,8 @@
 # (/etc/xdg/snakemake). This links profiles/slurm into the user's directory, the conventional
 # place for one's own profiles, unless a profile named `slurm` is already found: a user's or the
 # site's own profile is never replaced, nor shadowed by a user link; this then says how to use
-# dlmpipe's profile instead. Idempotent. The interpreter asked where Snakemake looks: $PYTHON
+# dlmpipe's profile instead; a dangling link to a moved or deleted checkout's profiles/slurm is
+# re-pointed here. Idempotent. The interpreter asked where Snakemake looks: $PYTHON
 # (default .venv/bin/python). Exit status 0 unless the link cannot be written.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,11 @@ if [ -n "$found" ]; then
          "as it is; 'snakemake --profile slurm' uses it. For dlmpipe's profile, from the" \
          "repository root: snakemake --cores N --profile profiles/slurm"
   fi
+elif [ -L "$link" ] && [ ! -e "$link" ] && [[ "$(readlink "$link")" == */profiles/slurm ]]; then
+  # a dangling link to the profile of a dlmpipe checkout that has moved or gone: ours to mend
+  ln -sfn "$ours" "$link"
+  echo "slurm-profile: re-linked $link -> $ours (it pointed to a missing checkout):" \
+       "'snakemake --profile slurm' uses dlmpipe's profile"
 elif [ -e "$link" ] || [ -L "$link" ]; then
   # something Snakemake does not read as a profile (no config.yaml, a dangling link): not ours
   echo "slurm-profile: $link exists but is not a usable profile; left as it is. For dlmpipe's" \

@@ -161,6 +161,22 @@ def test_setup_makes_profile_slurm_dlmpipes(tmp_path):
     assert jobs and all(r["slurm_partition"] == "cpuq" for r in jobs)
 
 
+def test_setup_re_links_a_profile_link_to_a_checkout_that_is_gone(tmp_path):
+    """A link setup made from a checkout since moved or deleted is mended; any other dangling
+    `slurm` entry (not a dlmpipe profile's path) is left as it is."""
+    env = profile_dirs(tmp_path)
+    link = tmp_path / "user" / "snakemake" / "slurm"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(tmp_path / "gone" / "main" / "profiles" / "slurm")
+    proc = link_profile(env)
+    assert "re-linked" in proc.stdout and link.resolve() == PROFILE.resolve()
+    link.unlink()
+    link.symlink_to(tmp_path / "someone-elses-profile")
+    proc = link_profile(env)
+    assert "left as it is" in proc.stdout
+    assert os.readlink(link) == str(tmp_path / "someone-elses-profile")
+
+
 def test_setup_makes_the_profile_step_on_every_machine():
     """scripts/setup.sh runs slurm-profile.sh unconditionally (not only where sbatch is on PATH),
     so that `--profile slurm` is found everywhere and says, without SLURM, how to run here."""
