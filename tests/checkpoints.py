@@ -256,6 +256,10 @@ def make_tiny_checkpoint(dir: str | Path, family: str = "llada", sharded: bool =
     ``vocab_size`` defaults to the tokenizer's size rounded up to 64 (real checkpoints pad their
     embedding beyond the tokenizer too). Returns ``dir``.
     """
+    if family in MOE_FAMILIES:
+        return moe_checkpoint(dir, family, sharded, d_model=d_model, n_layers=n_layers,
+                              n_heads=n_heads, n_kv_heads=n_kv_heads, mlp_hidden=mlp_hidden,
+                              vocab_size=vocab_size, n_shards=n_shards, seed=seed, dtype=dtype)
     if family in BLOCK_FAMILIES:
         return block_checkpoint(dir, family, sharded, d_model=d_model, n_layers=n_layers,
                                 n_heads=n_heads, n_kv_heads=n_kv_heads, mlp_hidden=mlp_hidden,
@@ -483,6 +487,156 @@ def block_checkpoint(dir: str | Path, family: str, sharded: bool = True, *, d_mo
     (out / "config.json").write_text(json.dumps(config, indent=2))
     (out / "generation_config.json").write_text(json.dumps(
         generation | {"transformers_version": config["transformers_version"]}, indent=2))
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    write_weights(out, {k: v.to(torch_dtype) for k, v in tensors.items()}, n_shards if sharded else 1)
+    return out
+
+
+# ---- mixture-of-experts families: LLaDA-MoE and LLaDA2.0 (the Ling tokenizer) -----------------
+MOE_FAMILIES = ("llada_moe", "llada2")
+# The Ling tokenizer's specials (eos <|endoftext|> 156892, mask <|mask|> 156895, <|role_end|>):
+# spread with reserved tokens in between, as in the release
+LING_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|reserved_token_0|>", "<|reserved_token_1|>",
+                 "<|mask|>", "<role>", "</role>", "<|reserved_token_2|>", "<|role_end|>"]
+LING_CHAT_TEMPLATE = (  # LLaDA2.0's: a SYSTEM turn ('detailed thinking off' by default), HUMAN, ASSISTANT
+    "{{ '<role>SYSTEM</role>' }}{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}"
+    "{% else %}{{ 'detailed thinking off' }}{% endif %}{{ '<|role_end|>' }}"
+    "{% for message in messages %}{% if message['role'] == 'user' %}"
+    "{{ '<role>HUMAN</role>' + message['content'] + '<|role_end|>' }}"
+    "{% elif message['role'] == 'assistant' %}{{ '<role>ASSISTANT</role>' + message['content'] + '<|role_end|>' }}"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<role>ASSISTANT</role>' }}{% endif %}"
+)
+
+
+def write_ling_tokenizer(out: Path) -> dict[str, int]:
+    """tokenizer.json (byte-level BPE + the Ling specials), tokenizer_config.json (fast tokenizer,
+    the chat template), special_tokens_map.json."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab, merges = byte_level_bpe()
+    for t in LING_SPECIALS:
+        vocab[t] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in LING_SPECIALS])
+    tok.save(str(out / "tokenizer.json"))
+    config = {"added_tokens_decoder": {str(vocab[t]): _added_entry(t) for t in LING_SPECIALS},
+              "bos_token": "<|startoftext|>", "chat_template": LING_CHAT_TEMPLATE,
+              "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>",
+              "mask_token": "<|mask|>", "model_max_length": 32768, "pad_token": "<|endoftext|>",
+              "tokenizer_class": "PreTrainedTokenizerFast"}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "mask_token": "<|mask|>",
+         "pad_token": "<|endoftext|>"}, indent=2))
+    return {t: vocab[t] for t in LING_SPECIALS}
+
+
+def _swiglu(prefix: str, d: int, hidden: int) -> dict[str, tuple]:
+    return {prefix + "gate_proj.weight": (hidden, d), prefix + "up_proj.weight": (hidden, d),
+            prefix + "down_proj.weight": (d, hidden)}
+
+
+def moe_checkpoint(dir: str | Path, family: str, sharded: bool = True, *, d_model: int = 64,
+                   n_layers: int = 2, n_heads: int = 4, n_kv_heads: int | None = None,
+                   mlp_hidden: int = 96, vocab_size: int | None = None, n_shards: int = 3, seed: int = 0,
+                   dtype: str = "float32", n_experts: int = 8, top_k: int = 2, expert_hidden: int = 32,
+                   shared: bool = True, expert_bias: bool = True, **overrides) -> Path:
+    """A tiny LLaDA-MoE or LLaDA2.0 checkpoint in its release's files: config.json fields of the
+    release's config class, the release's weight names (LLaDA2.0's fused query_key_value), the Ling
+    tokenizer. LLaDA-MoE: every layer MoE (moe_layer_freq all 1), a shared expert on the layer,
+    expert bias, model_type "llada" as released. LLaDA2.0: layer 0 dense (first_k_dense_replace
+    1), head_dim 16 with partial_rotary_factor 0.5, grouped routing (4 groups, 2 kept), one shared
+    expert, routed_scaling_factor 2.5. ``overrides`` replace config.json fields (tests of
+    malformed files). Expert biases are random, so they change the routing."""
+    out = Path(dir)
+    out.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    ids = write_ling_tokenizer(out)
+    vocab = vocab_size or 64 * math.ceil((max(ids.values()) + 1) / 64)
+    n_kv = n_kv_heads or max(1, n_heads // 2)
+    d = d_model
+    common = {"eos_token_id": ids["<|endoftext|>"], "pad_token_id": ids["<|endoftext|>"],
+              "hidden_act": "silu", "hidden_size": d, "initializer_range": 0.02,
+              "max_position_embeddings": 8192, "num_attention_heads": n_heads,
+              "num_hidden_layers": n_layers, "num_key_value_heads": n_kv, "num_experts": n_experts,
+              "num_experts_per_tok": top_k, "rope_scaling": None, "tie_word_embeddings": False,
+              "torch_dtype": dtype, "use_cache": False, "vocab_size": vocab}
+    if family == "llada_moe":
+        hd = d // n_heads
+        config = common | {
+            "architectures": ["LLaDAMoEModelLM"], "model_type": "llada",
+            "auto_map": {"AutoConfig": "configuration_lladamoe.LLaDAConfig",
+                         "AutoModel": "modeling_lladamoe.LLaDAMoEModelLM",
+                         "AutoModelForCausalLM": "modeling_lladamoe.LLaDAMoEModelLM"},
+            "attention_bias": False, "attention_dropout": 0.0, "clip_qkv": None,
+            "dense_intermediate_size": mlp_hidden, "expert_intermediate_size": expert_hidden,
+            "shared_expert_intermediate_size": expert_hidden if shared else None,
+            "moe_layer_freq": [1] * n_layers, "moe_router_enable_expert_bias": expert_bias,
+            "moe_router_score_function": "softmax", "norm_topk_prob": False,
+            "output_router_logits": False, "partial_rotary_factor": 1, "qk_layernorm": True,
+            "rms_norm_eps": 1e-05, "rope_theta": 50000, "routed_scaling_factor": 1,
+            "router_aux_loss_coef": 0.01, "router_num_group": None, "router_topk_group": None,
+            "transformers_version": "4.51.0"}
+        shapes = {"model.embed_tokens.weight": (vocab, d)}
+        for i in range(n_layers):
+            b = f"model.layers.{i}."
+            shapes |= {b + "input_layernorm.weight": (d,), b + "self_attn.q_proj.weight": (n_heads * hd, d),
+                       b + "self_attn.k_proj.weight": (n_kv * hd, d), b + "self_attn.v_proj.weight": (n_kv * hd, d),
+                       b + "self_attn.o_proj.weight": (d, n_heads * hd), b + "self_attn.q_norm.weight": (hd,),
+                       b + "self_attn.k_norm.weight": (hd,), b + "post_attention_layernorm.weight": (d,),
+                       b + "mlp.gate.weight": (n_experts, d)}
+            if config["moe_layer_freq"][i] == 0:
+                shapes |= _swiglu(b + "mlp.", d, mlp_hidden)
+                continue
+            if expert_bias:
+                shapes[b + "mlp.expert_bias"] = (n_experts,)
+            for e in range(n_experts):
+                shapes |= _swiglu(f"{b}mlp.experts.{e}.", d, expert_hidden)
+            if shared:
+                shapes |= _swiglu(b + "shared_expert.", d, expert_hidden)
+        shapes |= {"model.norm.weight": (d,), "lm_head.weight": (vocab, d)}
+    elif family == "llada2":
+        hd = 16
+        config = common | {
+            "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe",
+            "auto_map": {"AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
+                         "AutoModel": "modeling_llada2_moe.LLaDA2MoeModel",
+                         "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM"},
+            "attention_dropout": 0.0, "embedding_dropout": 0.0, "first_k_dense_replace": 1,
+            "head_dim": hd, "intermediate_size": mlp_hidden, "moe_intermediate_size": expert_hidden,
+            "moe_router_enable_expert_bias": True, "n_group": 4, "topk_group": 2,
+            "norm_topk_prob": True, "num_shared_experts": 1 if shared else None,
+            "output_dropout": 0.0, "output_router_logits": False, "partial_rotary_factor": 0.5,
+            "rms_norm_eps": 1e-06, "rope_theta": 600000, "routed_scaling_factor": 2.5,
+            "router_dtype": "fp32", "score_function": "sigmoid", "use_bias": False,
+            "use_qk_norm": True, "use_qkv_bias": False, "use_rmsnorm": True,
+            "transformers_version": "4.56.0"}
+        shapes = {"model.word_embeddings.weight": (vocab, d)}
+        for i in range(n_layers):
+            b = f"model.layers.{i}."
+            shapes |= {b + "input_layernorm.weight": (d,),
+                       b + "attention.query_key_value.weight": ((n_heads + 2 * n_kv) * hd, d),
+                       b + "attention.query_layernorm.weight": (hd,), b + "attention.key_layernorm.weight": (hd,),
+                       b + "attention.dense.weight": (d, n_heads * hd), b + "post_attention_layernorm.weight": (d,)}
+            if i < config["first_k_dense_replace"]:
+                shapes |= _swiglu(b + "mlp.", d, mlp_hidden)
+                continue
+            shapes |= {b + "mlp.gate.weight": (n_experts, d), b + "mlp.gate.expert_bias": (n_experts,)}
+            for e in range(n_experts):
+                shapes |= _swiglu(f"{b}mlp.experts.{e}.", d, expert_hidden)
+            if shared:
+                shapes |= _swiglu(b + "mlp.shared_experts.", d, expert_hidden)
+        shapes |= {"model.norm.weight": (d,), "lm_head.weight": (vocab, d)}
+    else:
+        raise ValueError(f"unknown MoE family {family!r}")
+    config |= overrides
+    tensors = {k: _init(k, s, g) for k, s in shapes.items()}
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": ids["<|startoftext|>"], "eos_token_id": ids["<|endoftext|>"],
+         "pad_token_id": ids["<|endoftext|>"], "transformers_version": config["transformers_version"]}, indent=2))
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     write_weights(out, {k: v.to(torch_dtype) for k, v in tensors.items()}, n_shards if sharded else 1)
     return out

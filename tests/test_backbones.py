@@ -241,8 +241,9 @@ def test_bidirectional_families_have_no_attention_mask(ckpts):
 def test_families_are_registered_once_with_their_attention_pattern(ckpts):
     from dlmpipe.backbones.families import FAMILIES, FAMILY_OF_MODEL_TYPE
 
-    assert set(FAMILIES) == {"llada", "dream", "sdar", "fast_dllm_v2"}
+    assert set(FAMILIES) == {"llada", "dream", "sdar", "fast_dllm_v2", "llada_moe", "llada2"}
     assert FAMILY_OF_MODEL_TYPE["sdar"] == "sdar" and FAMILY_OF_MODEL_TYPE["fast_dllm_qwen"] == "fast_dllm_v2"
+    assert FAMILY_OF_MODEL_TYPE["llada2_moe"] == "llada2" and FAMILY_OF_MODEL_TYPE["lladamoe"] == "llada_moe"
     for family, path in ckpts.items():
         cfg = load_backbone(path, with_tokenizer=False).cfg
         assert (cfg.block_size is not None) == (FAMILIES[cfg.family].attention == "block_causal"), family

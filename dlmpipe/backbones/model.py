@@ -37,10 +37,29 @@ class BackboneConfig:
     #: None: bidirectional attention; n: block-causal over blocks of n positions (position // n),
     #: bidirectional inside a block (SDAR, Fast-dLLM v2; docs/MODELS.md)
     block_size: int | None = None
+    #: RoPE on the first ``rope_dim`` channels of each head only, the rest passed through
+    #: (partial rotary: LLaDA2.0's ``partial_rotary_factor`` 0.5); None: the whole head
+    rope_dim: int | None = None
+    #: mixture-of-experts FFN (dlmpipe/backbones/moe.py; docs/MODELS.md): 0 experts = every layer
+    #: dense. ``dense_layers``: the layers whose FFN is a dense SwiGLU of ``mlp_hidden`` anyway
+    n_experts: int = 0
+    experts_per_token: int = 0
+    expert_hidden: int = 0
+    shared_expert_hidden: int = 0  # 0: no shared expert
+    dense_layers: list[int] = field(default_factory=list)
+    #: ``softmax_biased`` (LLaDA-MoE) or ``sigmoid_grouped`` (LLaDA2.0); moe.py states each
+    router: str = ""
+    router_bias: bool = False  # a per-expert bias added to the routing scores
+    n_group: int = 1  # grouped (group-limited) routing: experts in n_group groups ...
+    topk_group: int = 1  # ... of which each token may use topk_group
+    routed_scaling: float = 1.0  # routed experts' weights are multiplied by this
 
     @property
     def head_dim(self) -> int:
         return self.attn_head_dim or self.d_model // self.n_heads
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.n_experts > 0 and layer not in self.dense_layers
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,21 +119,31 @@ def silu(x: Tensor) -> Tensor:
     on where it falls in the call: on how many rows share it. Here every element takes the vector
     path: the flat input is padded to a multiple of 64 and, with several threads, run in calls of
     ``SILU_CHUNK``."""
+    return _elementwise(x, F.silu, torch.ops.aten.silu.out)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """``torch.sigmoid(x)``, element-invariant on the CPU as ``silu`` is (the same vector/scalar
+    ``exp`` split; MoE routers' sigmoid scores, moe.py)."""
+    return _elementwise(x, torch.sigmoid, torch.ops.aten.sigmoid.out)
+
+
+def _elementwise(x: Tensor, op, op_out) -> Tensor:
     n = x.numel()
     if x.device.type != "cpu" or n == 0 or x.requires_grad:  # training: autograd's own
-        return F.silu(x)
+        return op(x)
     one_call = n <= SILU_CHUNK or _cpu_threads() == 1
     if n % 64 == 0 and one_call and x.is_contiguous():
-        return F.silu(x)
+        return op(x)
     flat = x.reshape(-1)
     if n % 64:
         flat = torch.cat([flat, flat.new_zeros(-n % 64)])
     if one_call:
-        out = F.silu(flat)
+        out = op(flat)
     else:
         out = torch.empty_like(flat)
         for lo in range(0, flat.numel(), SILU_CHUNK):
-            torch.ops.aten.silu.out(flat[lo:lo + SILU_CHUNK], out=out[lo:lo + SILU_CHUNK])
+            op_out(flat[lo:lo + SILU_CHUNK], out=out[lo:lo + SILU_CHUNK])
     return out[:n].view(x.shape)
 
 
@@ -131,7 +160,7 @@ class RMSNorm(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: BackboneConfig):
+    def __init__(self, cfg: BackboneConfig, layer: int = 0):
         super().__init__()
         d, hd = cfg.d_model, cfg.head_dim
         self.attn_norm = RMSNorm(d, cfg.norm_eps)
@@ -143,13 +172,21 @@ class Block(nn.Module):
             self.q_norm = RMSNorm(hd, cfg.norm_eps)
             self.k_norm = RMSNorm(hd, cfg.norm_eps)
         self.ff_norm = RMSNorm(d, cfg.norm_eps)
-        self.ff_gate = nn.Linear(d, cfg.mlp_hidden, bias=False)
-        self.ff_up = nn.Linear(d, cfg.mlp_hidden, bias=False)
-        self.ff_down = nn.Linear(cfg.mlp_hidden, d, bias=False)
+        if cfg.is_moe_layer(layer):  # routed experts (+ shared ones): moe.py
+            from .moe import MoEFFN
+
+            self.moe = MoEFFN(cfg)
+        else:
+            self.ff_gate = nn.Linear(d, cfg.mlp_hidden, bias=False)
+            self.ff_up = nn.Linear(d, cfg.mlp_hidden, bias=False)
+            self.ff_down = nn.Linear(cfg.mlp_hidden, d, bias=False)
 
     def ffn(self, h: Tensor) -> Tensor:
-        """Pre-normed SwiGLU feed-forward delta (without the residual)."""
+        """Pre-normed SwiGLU feed-forward delta (without the residual); on an MoE layer the
+        routed experts' weighted sum plus the shared experts (moe.py)."""
         n = self.ff_norm(h)
+        if hasattr(self, "moe"):
+            return self.moe(n)
         return linear(self.ff_down, silu(linear(self.ff_gate, n)) * linear(self.ff_up, n))
 
 
@@ -163,25 +200,43 @@ class Backbone(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
         self._rope_cache: dict[torch.device, Tensor] = {}  # inverse frequencies per device
+        #: the layers' devices when the model is larger than one (dlmpipe/placement.py); None:
+        #: every layer on ``device``
+        self.placement = None
 
     # ---- primitives -------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
         return self.embed.weight.device
 
+    def to_layer(self, layer: int, x: Tensor) -> Tensor:
+        """``x`` on layer ``layer``'s device (itself without a placement): the decode loops move
+        the hidden rows at each layer boundary, the primitives their inputs."""
+        p = self.placement
+        return x if p is None else p.to(x, p.stage(layer))
+
+    def layer_empty(self, layer: int, shape, dtype: torch.dtype | None = None) -> Tensor:
+        """An uninitialised tensor on layer ``layer``'s device (a cache's per-layer state)."""
+        dtype = dtype or self.embed.weight.dtype
+        p = self.placement
+        if p is None:
+            return torch.empty(shape, dtype=dtype, device=self.device)
+        return p.empty(p.stage(layer), shape, dtype)
+
     def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos/sin tables ``[T, hd]`` at explicit absolute positions (float32, Llama layout).
+        """cos/sin tables ``[T, hd]`` at explicit absolute positions (float32, Llama layout);
+        ``[T, rope_dim]`` under partial rotary (``apply_rope`` then rotates those channels only).
 
         Computed from the positions directly (no host sync on ``positions.max()``, which would
         stall the GPU once per layer); the same values a precomputed table would hold.
         """
-        hd = self.cfg.head_dim
+        hd = self.cfg.rope_dim or self.cfg.head_dim
         inv_freq = self._rope_cache.get(positions.device)
         if inv_freq is None:
             inv_freq = 1.0 / (
@@ -195,7 +250,12 @@ class Backbone(nn.Module):
 
     @staticmethod
     def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """Rotate ``x [B, H, T, hd]`` (non-interleaved rotate_half), computed in float32."""
+        """Rotate ``x [B, H, T, hd]`` (non-interleaved rotate_half), computed in float32; with
+        tables narrower than the head (partial rotary) only the first channels, as transformers'
+        ``apply_rotary_pos_emb`` does (``rotary_dim = cos.shape[-1]``), the rest unchanged."""
+        if cos.shape[-1] < x.shape[-1]:
+            r = cos.shape[-1]
+            return torch.cat([Backbone.apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
         x32 = x.float()
         half = x32.shape[-1] // 2
         rotated = torch.cat([-x32[..., half:], x32[..., :half]], dim=-1)
@@ -207,24 +267,30 @@ class Backbone(nn.Module):
 
     def attn_input(self, layer: int, h: Tensor) -> Tensor:
         """The attention's normed input rows (what the projections and SPA's proxies read)."""
-        return self.blocks[layer].attn_norm(h)
+        return self.blocks[layer].attn_norm(self.to_layer(layer, h))
 
     def queries(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
         """RoPE'd query heads ``[B, H, T, hd]`` of normed rows (``rope`` from ``self.rope``;
         q_norm first where the family has it)."""
-        block = self.blocks[layer]
+        block, normed, rope = self.blocks[layer], *self._on_layer(layer, normed, rope)
         q = self.split_heads(linear(block.q_proj, normed), self.cfg.n_heads)
         return self.apply_rope(block.q_norm(q) if self.cfg.qk_norm else q, *rope)
 
     def keys(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
         """RoPE'd key heads ``[B, Hkv, T, hd]`` of normed rows (k_norm first where the family has it)."""
-        block = self.blocks[layer]
+        block, normed, rope = self.blocks[layer], *self._on_layer(layer, normed, rope)
         k = self.split_heads(linear(block.k_proj, normed), self.cfg.n_kv_heads)
         return self.apply_rope(block.k_norm(k) if self.cfg.qk_norm else k, *rope)
 
     def values(self, layer: int, normed: Tensor) -> Tensor:
         """Value heads ``[B, Hkv, T, hd]`` of normed rows."""
+        normed = self.to_layer(layer, normed)
         return self.split_heads(linear(self.blocks[layer].v_proj, normed), self.cfg.n_kv_heads)
+
+    def _on_layer(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]):
+        if self.placement is None:
+            return normed, rope
+        return self.to_layer(layer, normed), tuple(self.to_layer(layer, t) for t in rope)
 
     def project_qkv(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys (RoPE'd with ``rope``, the tables of the rows' positions) and values of
@@ -246,6 +312,8 @@ class Backbone(nn.Module):
         of the cached K/V to H heads (docs/ARCHITECTURE.md, performance shape).
         """
         tq = q.shape[2]
+        if self.placement is not None and mask is not None:  # the mask is built on the first device
+            mask = self.placement.to(mask, self.placement.stage_of(k))
         if q.device.type == "cpu" and tq % GEMM_ROW_MULTIPLE and _cpu_threads() > 1:
             q = _pad_rows(q, 2)  # row-invariant (GEMM_ROW_MULTIPLE; one thread already is)
             if mask is not None and mask.dim() >= 2 and mask.shape[-2] == tq:  # padded rows attend
@@ -279,14 +347,19 @@ class Backbone(nn.Module):
         return probs.mean(dim=1)
 
     def attn_output(self, layer: int, o: Tensor) -> Tensor:
-        return linear(self.blocks[layer].attn_out, o)
+        return linear(self.blocks[layer].attn_out, self.to_layer(layer, o))
 
     def ffn(self, layer: int, h: Tensor) -> Tensor:
-        return self.blocks[layer].ffn(h)
+        return self.blocks[layer].ffn(self.to_layer(layer, h))
 
     def logits(self, h: Tensor) -> Tensor:
         """Raw output logits of final hidden rows (no shift applied)."""
-        return linear(self.head, self.final_norm(h)).float()
+        p = self.placement
+        if p is None:
+            return linear(self.head, self.final_norm(h)).float()
+        normed = self.final_norm(p.to(h, p.last))  # the final norm on the last device
+        head = 0 if self.cfg.tie_embeddings else p.last  # a tied head is the embedding's
+        return p.to(linear(self.head, p.to(normed, head)).float(), 0)
 
     # ---- full forward -----------------------------------------------------------------
     def layer(self, layer: int, h: Tensor, rope: tuple[Tensor, Tensor],
@@ -306,7 +379,7 @@ class Backbone(nn.Module):
         rope, mask = self.rope(positions), self.attention_mask(positions, positions)
         h = self.embed(input_ids)
         for i in range(self.cfg.n_layers):
-            h, k, v = self.layer(i, h, rope, mask)
+            h, k, v = self.layer(i, self.to_layer(i, h), rope, mask)
             if shadow is not None:
                 shadow.layer(i, k, v)
         return h
@@ -318,7 +391,7 @@ class Backbone(nn.Module):
         rope, mask = self.rope(positions), self.attention_mask(positions, positions)
         h = self.embed(input_ids)
         for i in range(self.cfg.n_layers):
-            h, k, v = self.layer(i, h, rope, mask)
+            h, k, v = self.layer(i, self.to_layer(i, h), rope, mask)
             kv.write(i, slice(None), k, v)
             if shadow is not None:
                 shadow.layer(i, k, v)

@@ -25,8 +25,9 @@ SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch
 IGNORED_KEY_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def checkpoint_key_map(cfg: BackboneConfig) -> dict[str, str]:
-    """Checkpoint key -> native parameter name, for the family's exact on-disk names."""
+def checkpoint_key_map(cfg: BackboneConfig) -> dict[str, str | tuple[str, ...]]:
+    """Checkpoint key -> native parameter name, for the family's exact on-disk names; a tuple of
+    names for a fused tensor whose row blocks are those parameters (``split_rows``)."""
     return family(cfg.family).key_map(cfg)
 
 
@@ -119,12 +120,34 @@ def plan_reads(model: Backbone, key_map: dict[str, str], files: dict[str, Path],
         entry = headers[f].get(k)
         if entry is None:
             raise CheckpointError(f"{f}: key {k!r} listed in the index is not in this shard")
-        want = tuple(params[key_map[k]].shape)
+        names = key_map[k]
+        if isinstance(names, tuple):  # one fused tensor on disk, native parts stacked on dim 0
+            parts = [tuple(params[n].shape) for n in names]
+            want = (sum(p[0] for p in parts),) + parts[0][1:]
+        else:
+            want = tuple(params[names].shape)
         if entry.shape != want:
             raise CheckpointError(f"{f}: shape mismatch for {k!r}: file has {entry.shape}, "
                                   f"config.json implies {want}")
-        plan[key_map[k]] = entry
+        if isinstance(names, tuple):
+            plan |= split_rows(entry, names, parts)
+        else:
+            plan[names] = entry
     return plan
+
+
+def split_rows(entry: TensorEntry, names: tuple[str, ...], shapes: list[tuple]) -> dict[str, TensorEntry]:
+    """A fused tensor's row blocks as tensors of their own (e.g. LLaDA2.0's ``query_key_value``
+    = q, k, v rows): row-major, so each block is a contiguous byte range of the file."""
+    out, start = {}, entry.start
+    for name, shape in zip(names, shapes):
+        numel = 1
+        for s in shape:
+            numel *= s
+        end = start + numel * entry.dtype.itemsize
+        out[name] = TensorEntry(entry.file, entry.dtype, shape, start, end)
+        start = end
+    return out
 
 
 def read_tensors(plan: dict[str, TensorEntry], dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:

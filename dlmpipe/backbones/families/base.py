@@ -101,6 +101,7 @@ class Family:
     files (tokenizer.py). ``bpe_tokenizer``: vocab.json + merges.txt are read with transformers'
     own Qwen2 tokenizer classes before any tokenizer.json (a remote-code tokenizer class is named).
     ``attention``: ``full`` (bidirectional) or ``block_causal`` (model.py, ``block_size``).
+    ``key_map`` may map a fused on-disk tensor to a tuple of native names (weights.split_rows).
     """
 
     name: str
@@ -114,3 +115,6 @@ class Family:
     pad_tokens: tuple[str, ...] = ()  # preferred over config.json's pad_token_id when present
     bpe_tokenizer: bool = False
     attention: str = "full"
+    #: claims a config.json whose ``model_type`` another family also answers to (LLaDA-MoE's
+    #: release says ``llada``, as LLaDA-8B's does); checked before ``model_types``
+    claims: Callable[[dict], bool] | None = None

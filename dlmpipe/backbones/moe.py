@@ -1,0 +1,146 @@
+"""The mixture-of-experts FFN (LLaDA-MoE, LLaDA2.0; docs/MODELS.md): a router picks
+``experts_per_token`` of ``n_experts`` SwiGLU experts per row, their outputs are summed with the
+router's weights, and shared experts (a dense SwiGLU every row takes) are added.
+
+Only the routed work is done: the (row, slot) pairs are sorted by expert, and each expert that
+received rows runs one SwiGLU (three matrix products) over exactly its rows (``index_select``
+in, ``index_copy_`` out); an expert no row chose is never called. This is the releases' own
+inference path (LLaDA2.0's ``moe_infer``; LLaDA-MoE loops over every expert but only on the rows
+routed to it) without their per-expert Python work on empty experts.
+
+Row invariance (model.py's ``GEMM_ROW_MULTIPLE`` rules; docs/MODELS.md, "MoE layer"): a row's
+result does not depend on which other rows share the call. The router projection and every
+expert's products go through ``model.linear`` (calls of 1-3 rows padded to 4, so MKL computes
+each row alike whatever the count an expert receives); sigmoid and SiLU through the
+element-invariant ``model.sigmoid`` / ``model.silu``; softmax and top-k are per row; and the
+``k`` weighted expert outputs of a row are summed in slot order by elementwise ops, never by a
+reduction kernel whose split could depend on the row count. So a row routed to an expert
+alongside 3 others or 300 others gets the same bits (tests/test_moe.py).
+
+Cost: one host read of the per-expert counts per layer call (which experts run, how many rows
+each), as the releases' ``tokens_per_expert.cpu()``; and per active expert a fixed per-call
+overhead on top of its products, which is what separates the layer from a dense SwiGLU of the
+same active width when experts receive few rows each (benchmarks/bench_moe.py).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .model import BackboneConfig, linear, sigmoid, silu
+
+#: router kinds (``BackboneConfig.router``), as each release's modeling code computes them
+ROUTERS = ("softmax_biased", "sigmoid_grouped")
+
+
+class Expert(nn.Module):
+    """One SwiGLU expert (also the shared expert: ``hidden`` = its whole width)."""
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(self.down, silu(linear(self.gate, x)) * linear(self.up, x))
+
+
+class MoEFFN(nn.Module):
+    """Router + routed experts + optional shared expert, over normed rows ``[..., d]``.
+
+    ``calls``: when a list, every expert call appends ``(expert, rows)`` (tests count them)."""
+
+    def __init__(self, cfg: BackboneConfig):
+        super().__init__()
+        if cfg.router not in ROUTERS:
+            raise ValueError(f"unknown MoE router {cfg.router!r} (one of {', '.join(ROUTERS)})")
+        self.cfg = cfg
+        d, e = cfg.d_model, cfg.n_experts
+        self.router = nn.Linear(d, e, bias=False)
+        if cfg.router_bias:
+            self.expert_bias = nn.Parameter(torch.zeros(e), requires_grad=False)
+        self.experts = nn.ModuleList(Expert(d, cfg.expert_hidden) for _ in range(e))
+        if cfg.shared_expert_hidden:
+            self.shared = Expert(d, cfg.shared_expert_hidden)
+        self.calls: list | None = None
+
+    # ---- routing ------------------------------------------------------------------------
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Expert ids ``[T, k]`` and their weights ``[T, k]`` (float32) for rows ``x [T, d]``."""
+        cfg, k = self.cfg, self.cfg.experts_per_token
+        bias = self.expert_bias.float() if cfg.router_bias else None
+        if cfg.router == "softmax_biased":
+            # LLaDA-MoE (modeling_lladamoe.py LLaDAMoESparseMoeBlock.forward): softmax over every
+            # expert in float32; the expert bias is added to those probabilities and the biased
+            # values are both what top-k ranks and the weights used; no renormalisation
+            # (norm_topk_prob is fixed False there) and no scaling
+            probs = linear(self.router, x).float().softmax(dim=-1)
+            if bias is not None:
+                probs = probs + bias
+            w, idx = torch.topk(probs, k, dim=-1)
+            return idx, w
+        # LLaDA2.0 (modeling_llada2_moe.py LLaDA2MoeGate): sigmoid scores of a float32 router;
+        # the expert bias only ranks (scores + expert_bias); group-limited top-k (a group's score
+        # is the sum of its best two; topk_group groups kept, the rest -inf); the weights are the
+        # unbiased scores of the chosen experts, normalised to sum 1 when k > 1 (+1e-20), then
+        # times routed_scaling_factor
+        w32 = self.router.weight.float()
+        logits = linear(lambda z: F.linear(z, w32), x.float())
+        scores = sigmoid(logits)
+        ranked = scores + bias if bias is not None else scores
+        t, g = ranked.shape[0], cfg.n_group
+        group_scores = ranked.view(t, g, -1).topk(2, dim=-1)[0].sum(dim=-1)
+        group_idx = torch.topk(group_scores, k=cfg.topk_group, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1).bool()
+        keep = group_mask.unsqueeze(-1).expand(t, g, cfg.n_experts // g).reshape(t, -1)
+        idx = torch.topk(ranked.masked_fill(~keep, float("-inf")), k=k, dim=-1)[1]
+        w = torch.gather(scores, 1, idx)
+        if k > 1:
+            w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+        return idx, w * cfg.routed_scaling
+
+    # ---- forward ------------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        t, k = x2.shape[0], self.cfg.experts_per_token
+        idx, w = self.route(x2)
+        flat = idx.reshape(-1)  # slot j of row r at r * k + j
+        order = torch.argsort(flat, stable=True)  # slots grouped by expert, rows ascending
+        counts = torch.bincount(flat, minlength=self.cfg.n_experts).tolist()  # one host read
+        rows_of = order // k
+        out = x2.new_empty(t * k, shape[-1])
+        start = 0
+        for e, c in enumerate(counts):
+            if not c:
+                continue
+            slots = order[start:start + c]
+            y = self.experts[e](x2.index_select(0, rows_of[start:start + c]))
+            out.index_copy_(0, slots, y)
+            if self.calls is not None:
+                self.calls.append((e, c))
+            start += c
+        out = out.view(t, k, -1)
+        acc = out[:, 0].float() * w[:, :1]
+        for j in range(1, k):  # slot order, elementwise: the same sum whatever t is
+            acc = acc + out[:, j].float() * w[:, j:j + 1]
+        y = acc.to(x.dtype)
+        if self.cfg.shared_expert_hidden:
+            y = y + self.shared(x2)
+        return y.view(shape)
+
+
+def naive_moe(moe: MoEFFN, x: Tensor) -> Tensor:
+    """Every expert on every row, weighted by the router's dense ``[T, E]`` weights (zero where
+    not chosen): the reference the routed layer must equal (tests), never used for decoding."""
+    x2 = x.reshape(-1, x.shape[-1])
+    idx, w = moe.route(x2)
+    dense_w = torch.zeros(x2.shape[0], moe.cfg.n_experts, dtype=torch.float32, device=x.device)
+    dense_w.scatter_(1, idx, w)
+    y = sum(dense_w[:, e:e + 1] * moe.experts[e](x2).float() for e in range(moe.cfg.n_experts))
+    y = y.to(x.dtype)
+    if moe.cfg.shared_expert_hidden:
+        y = y + moe.shared(x2)
+    return y.view(x.shape)
