@@ -243,6 +243,70 @@ def fast_dllm_bias_missing(p):
     return key, "missing key"
 
 
+MOE_EXPERT = "model.layers.1.mlp.experts.3.up_proj.weight"  # in both MoE families' layer 1
+
+
+def moe_missing_expert(p):
+    rewrite_shard(p, MOE_EXPERT, lambda t: {k: v for k, v in t.items() if k != MOE_EXPERT})
+    return MOE_EXPERT, "missing key"
+
+
+def lladamoe_layer_freq_short(p):
+    edit_json(p / "config.json", moe_layer_freq=[1])
+    return "config.json", "'moe_layer_freq' must list 0 (dense) or 1 (MoE) for each of the 2 layers"
+
+
+def lladamoe_bias_disabled_but_stored(p):
+    edit_json(p / "config.json", moe_router_enable_expert_bias=False)
+    return "model.layers.0.mlp.expert_bias", "unexpected key"
+
+
+def lladamoe_top_k_too_large(p):
+    edit_json(p / "config.json", num_experts_per_tok=9)
+    return "config.json", "num_experts_per_tok=9 exceeds num_experts=8"
+
+
+def lladamoe_expert_width(p):
+    edit_json(p / "config.json", expert_intermediate_size=48)
+    return "config.json implies", "shape mismatch"
+
+
+def lladamoe_clip_qkv(p):
+    edit_json(p / "config.json", clip_qkv=8)
+    return "config.json", "clip_qkv=8 is not supported"
+
+
+def llada2_fused_qkv_width(p):
+    edit_json(p / "config.json", num_key_value_heads=4)  # written with 2: q/k/v rows no longer add up
+    return "query_key_value.weight", "shape mismatch"
+
+
+def llada2_missing_expert_bias(p):
+    key = "model.layers.1.mlp.gate.expert_bias"
+    rewrite_shard(p, key, lambda t: {k: v for k, v in t.items() if k != key})
+    return key, "missing key"
+
+
+def llada2_bad_groups(p):
+    edit_json(p / "config.json", n_group=3)
+    return "config.json", "grouped routing n_group=3, topk_group=2 does not fit"
+
+
+def llada2_softmax_router(p):
+    edit_json(p / "config.json", score_function="softmax")
+    return "config.json", "score_function='softmax' is not supported"
+
+
+def llada2_no_dense_layer(p):
+    edit_json(p / "config.json", first_k_dense_replace=0)  # layer 0's router and experts missing
+    return "model.layers.0.mlp.gate.weight", "missing key"
+
+
+def llada2_odd_partial_rotary(p):
+    edit_json(p / "config.json", partial_rotary_factor=0.1)
+    return "config.json", "partial_rotary_factor 0.1 gives 1 RoPE channels"
+
+
 CASES = {
     "missing_shard": ("llada", missing_shard), "missing_key": ("llada", missing_key),
     "missing_bias_dream": ("dream", missing_bias_dream), "unexpected_key": ("llada", unexpected_key),
@@ -266,6 +330,19 @@ CASES = {
     "fast_dllm_no_mask_token": ("fast_dllm_v2", fast_dllm_no_mask_token),
     "fast_dllm_tied_but_lm_head_present": ("fast_dllm_v2", fast_dllm_tied_but_lm_head_present),
     "fast_dllm_bias_missing": ("fast_dllm_v2", fast_dllm_bias_missing),
+    "lladamoe_missing_expert": ("llada_moe", moe_missing_expert),
+    "lladamoe_layer_freq_short": ("llada_moe", lladamoe_layer_freq_short),
+    "lladamoe_bias_disabled_but_stored": ("llada_moe", lladamoe_bias_disabled_but_stored),
+    "lladamoe_top_k_too_large": ("llada_moe", lladamoe_top_k_too_large),
+    "lladamoe_expert_width": ("llada_moe", lladamoe_expert_width),
+    "lladamoe_clip_qkv": ("llada_moe", lladamoe_clip_qkv),
+    "llada2_missing_expert": ("llada2", moe_missing_expert),
+    "llada2_fused_qkv_width": ("llada2", llada2_fused_qkv_width),
+    "llada2_missing_expert_bias": ("llada2", llada2_missing_expert_bias),
+    "llada2_bad_groups": ("llada2", llada2_bad_groups),
+    "llada2_softmax_router": ("llada2", llada2_softmax_router),
+    "llada2_no_dense_layer": ("llada2", llada2_no_dense_layer),
+    "llada2_odd_partial_rotary": ("llada2", llada2_odd_partial_rotary),
 }
 
 

@@ -247,6 +247,9 @@ def test_llada2_fused_qkv_is_split_into_q_k_v_rows(ckpts):
 
 
 def test_special_ids_and_chat_prompt(ckpts):
+    """LLaDA-MoE's release says model_type "llada" (as LLaDA-8B's does): its MoE fields claim it."""
+    assert json.loads((ckpts["llada_moe"] / "config.json").read_text())["model_type"] == "llada"
+    assert load_backbone(ckpts["llada_moe"], with_tokenizer=False).cfg.family == "llada_moe"
     for family in MOE:
         loaded = load_backbone(ckpts[family])
         t = loaded.tokenizer
