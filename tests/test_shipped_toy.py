@@ -1,7 +1,8 @@
 """The shipped toy checkpoint (dlmpipe/shipped/toy, docs: dlmpipe/backbones/shipped.py): the
 default campaign pins its weights' sha256, the loader refuses other weights with a clear error
 and changes nothing, the workflow reruns what decoded with it when the weights change, and the
-weights are what ``train_toy`` trains with the options recorded beside them."""
+weights are what ``train_toy`` trains with the options recorded beside them (the whole training
+where the recorded kernels match; its first steps, cheaply, under dlmpipe's pinned kernels)."""
 from __future__ import annotations
 
 import json
@@ -17,8 +18,8 @@ from dlmpipe.backbones.checkpoint_config import CheckpointError
 from dlmpipe.backbones.loading import load_backbone
 from dlmpipe.backbones.manifest import write_manifest
 from dlmpipe.backbones.pins import weight_sha256
-from dlmpipe.backbones.shipped import SHIPPED_DIR, read_record, shipped_path
-from dlmpipe.backbones.toy import train_toy, training_environment
+from dlmpipe.backbones.shipped import SHIPPED_DIR, read_record, shipped_names, shipped_path
+from dlmpipe.backbones.toy import prefix_environment, train_prefix, train_toy, training_environment
 from dlmpipe.campaign import Campaign, load_campaign
 
 from .workflow import REPO, fake_finished_run, scheduled
@@ -204,6 +205,35 @@ def test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options
         assert (out / name).read_bytes() == (TOY / name).read_bytes(), name
 
 
+@pytest.mark.parametrize("name", shipped_names())
+def test_the_first_training_steps_are_what_train_toy_trains_with_the_recorded_options(name):
+    """The cheap retraining check of each shipped toy (its whole retraining above costs ~15 CPU
+    minutes and runs only where the recorded kernels match): training.json's ``prefix`` holds the
+    sha256 of the weights after the first ``steps`` steps of the recorded training (100; the
+    learning-rate schedule the whole training's), trained on one thread under the CPU kernels
+    importing dlmpipe pins (dlmpipe/cpu_kernels.py: the same bits on every x86-64 machine). This
+    retrains those steps and compares bit for bit: a difference means train_toy (its data, noise,
+    model, loss or optimizer) no longer trains the shipped toy. Skipped, naming what differs,
+    where the torch version, the pinned kernels or the architecture differ from the record's."""
+    record = read_record(name)
+    prefix = record["prefix"]
+    here = prefix_environment(record["options"]["threads"])
+    differs = [f"{key}: recorded {value!r}, here {here.get(key)!r}"
+               for key, value in prefix["environment"].items() if here.get(key) != value]
+    if differs:
+        pytest.skip(f"the {name} toy's first steps were hashed under other CPU kernels than this "
+                    "machine runs (" + "; ".join(differs) + "); not compared")
+    threads = torch.get_num_threads()
+    try:
+        retrained = train_prefix(record["options"], prefix["steps"])
+    finally:
+        torch.set_num_threads(threads)
+    assert retrained == prefix, (
+        f"the first {prefix['steps']} steps of the {name} toy's recorded training gave other "
+        f"weights than recorded (recorded {prefix['sha256']}, retrained {retrained['sha256']}): "
+        "train_toy changed; retrain and ship the toy (docs/TOY.md) or restore train_toy")
+
+
 def test_ship_toy_records_what_it_trained_and_the_hashes_to_pin(tmp_path, capsys):
     """`python -m dlmpipe ship-toy --options ... --out DIR`: the record it writes is complete
     (every option, the environment, the files' sha256) and what `read_record` returns."""
@@ -222,5 +252,8 @@ def test_ship_toy_records_what_it_trained_and_the_hashes_to_pin(tmp_path, capsys
     assert record["options"] == {**record["options"], **tiny} and record["options"]["gen_length"] == 16
     assert record["sha256"] == weight_sha256(tmp_path / "b") == weight_sha256(tmp_path / "a")
     assert record["environment"] == training_environment(1)
+    # the prefix hash a whole training records is what training its first steps alone gives
+    assert record["prefix"]["steps"] == 2 and record["prefix"] == train_prefix(record["options"], 2)
+    assert train_prefix(record["options"], 1) != record["prefix"]
     out = capsys.readouterr().out
     assert all(f"  {f}: {h}" in out for f, h in record["sha256"].items())

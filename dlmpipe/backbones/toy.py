@@ -27,8 +27,11 @@ config.yaml gives what each default method does on toys of seeds 0-4.
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import platform
+import tempfile
 import random
 import time
 from pathlib import Path
@@ -247,13 +250,49 @@ def training_environment(threads: int) -> dict:
             "python": platform.python_version()}
 
 
+#: the training steps after which train_toy hashes the weights (``prefix`` in training.json): a
+#: cheap retraining check (tests/test_shipped_toy.py) that train_toy still trains the same bits
+PREFIX_STEPS = 100
+
+
+def parameter_sha256(model: torch.nn.Module) -> str:
+    """sha256 of a model's parameters and buffers: each name, then its float bytes, by name."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def prefix_environment(threads: int) -> dict:
+    """What decides the prefix hash's bits: training_environment less the CPU model, which the
+    kernels pinned at import (dlmpipe/cpu_kernels.py: MKL_CBWR, ATEN_CPU_CAPABILITY) make
+    irrelevant on x86-64, plus those pins."""
+    env = {k: v for k, v in training_environment(threads).items() if k not in ("cpu", "python")}
+    return {**env, "MKL_CBWR": os.environ.get("MKL_CBWR"),
+            "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY")}
+
+
+def train_prefix(options: dict, steps: int = PREFIX_STEPS) -> dict:
+    """Train only the first ``steps`` steps of what ``options`` (a training.json's) train and
+    return ``{"steps", "sha256", "environment"}``: the weights' parameter_sha256 at that point
+    (the learning-rate schedule is the full training's) and what decides those bits."""
+    with tempfile.TemporaryDirectory(prefix="dlmpipe-toy-prefix-") as tmp:
+        return train_toy(tmp, **options, prefix_steps=steps, prefix_only=True,
+                         log=lambda *_: None)["prefix"]
+
+
 def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: int = 32,
               d_model: int = 128, n_layers: int = 4, n_heads: int = 4, mlp_hidden: int = 384,
               gen_length: int = 16, lr: float = 3e-3, threads: int = 2, pretrain_fraction: float = 0.0,
               stale_kv: float = 0.0, stale_rows: float = 0.0,
-              tasks: tuple[str, ...] = ("toy_code", "toy_arith"), log=print) -> dict:
+              tasks: tuple[str, ...] = ("toy_code", "toy_arith"), log=print,
+              prefix_steps: int = PREFIX_STEPS, prefix_only: bool = False) -> dict:
     """Train and save the toy backbone; returns training statistics (with ``options``, every
-    keyword argument above, and ``environment``, what else decides the exact bits)."""
+    keyword argument above but ``log`` and the prefix ones, and ``environment``, what else
+    decides the exact bits). ``prefix``: the weights' sha256 after ``prefix_steps`` steps
+    (recorded in training.json; ``prefix_only`` stops there and saves nothing but the
+    tokenizer: train_prefix)."""
     options = {"seed": seed, "steps": steps, "batch_size": batch_size, "d_model": d_model,
                "n_layers": n_layers, "n_heads": n_heads, "mlp_hidden": mlp_hidden,
                "gen_length": gen_length, "lr": lr, "threads": threads,
@@ -287,6 +326,7 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     start = time.perf_counter()
+    prefix = None
     losses = []
     for step in (bar := tqdm(range(steps), desc="train toy backbone", mininterval=5)):
         ids, key_mask, plen = _batch(rng, tok, list(tasks), batch_size, gen_length, eos)
@@ -311,6 +351,11 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
         opt.step()
         sched.step()
         losses.append(loss.item())
+        if step + 1 == min(prefix_steps, steps):
+            prefix = {"steps": step + 1, "sha256": parameter_sha256(model),
+                      "environment": prefix_environment(threads)}
+            if prefix_only:
+                return {"prefix": prefix}
         if step % 100 == 0:
             bar.set_postfix(loss=f"{sum(losses[-100:]) / len(losses[-100:]):.3f}")
     model.eval()
@@ -318,8 +363,9 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
     stats = {"seed": seed, "steps": steps, "batch_size": batch_size, "final_loss": sum(losses[-50:]) / 50,
              "train_seconds": time.perf_counter() - start, "parameters": sum(p.numel() for p in model.parameters())}
     record = {"options": options, "environment": training_environment(threads),
-              "sha256": weight_sha256(out_dir),
+              "sha256": weight_sha256(out_dir), "prefix": prefix,
               "stats": {k: stats[k] for k in ("final_loss", "train_seconds", "parameters")}}
     atomic_write_json(out_dir / "training.json", record)
     log(f"toy backbone: {stats}")
-    return {**stats, "options": options, "environment": record["environment"], "sha256": record["sha256"]}
+    return {**stats, "options": options, "environment": record["environment"], "sha256": record["sha256"],
+            "prefix": prefix}
