@@ -161,6 +161,7 @@ class BlockState:
         rope = m.rope(positions)
         h = m.embed(x[lo:stop][None])
         for i in range(m.cfg.n_layers):
+            h = m.to_layer(i, h)  # the layer boundary (placement.py)
             q, k, v = m.qkv(i, h, rope)
             self.kv.write(i, slice(lo, stop), k, v)
             keys, values = self.kv.layer(i)

@@ -221,6 +221,11 @@ class Backbone(nn.Module):
         p = self.placement
         return x if p is None else p.to(x, p.stage(layer))
 
+    def beside(self, x: Tensor, other: Tensor) -> Tensor:
+        """``x`` on ``other``'s device (an index of rows held elsewhere; itself without a placement)."""
+        p = self.placement
+        return x if p is None else p.to(x, p.stage_of(other))
+
     def layer_empty(self, layer: int, shape, dtype: torch.dtype | None = None) -> Tensor:
         """An uninitialised tensor on layer ``layer``'s device (a cache's per-layer state)."""
         dtype = dtype or self.embed.weight.dtype

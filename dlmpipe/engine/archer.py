@@ -118,7 +118,7 @@ class ArcherCache(Cache):
         return append(m.response_logits_from_rows(h[:, self.first_row:])[0], shadow)
 
     def _cached_forward(self, x: Tensor) -> Tensor:
-        state = (self.shape, self.kv.keys.data_ptr(), self.rope_rows[0].data_ptr())
+        state = (self.shape, self.kv.keys[0].data_ptr(), self.rope_rows[0].data_ptr())
         if self.shadow is not None:  # the shadow rows' inputs are tensors: the step stays capturable
             lo, hi = self.shadow
             shadow = shadow_inputs(self.model, x, self.prompt_len + lo, self.prompt_len + hi)
@@ -138,6 +138,7 @@ class ArcherCache(Cache):
         m, f = self.model, self.first_row
         h = m.embed(rows[None])
         for i in range(m.cfg.n_layers):
+            h = m.to_layer(i, h)  # the layer boundary (placement.py)
             q, k, v = m.qkv(i, h, self.rope_rows)
             self.kv.write(i, slice(f, None), k, v)
             h = h + m.attn_output(i, m.attend(q, *self.kv.layer(i)))

@@ -200,6 +200,7 @@ class D2Cache(RowKVCache):
         rollout.zero_().diagonal().fill_(1.0)
         diag = torch.arange(positions.numel(), device=x.device)
         for i in range(m.cfg.n_layers):
+            h = m.to_layer(i, h)  # the layer boundary (placement.py)
             q, k, v = m.qkv(i, h, rope)
             self.kv.write(i, where, k, v)
             keys, values = self.kv.layer(i)
@@ -207,7 +208,7 @@ class D2Cache(RowKVCache):
             h = h + m.ffn(i, h)
             if shadow is not None:  # over the K/V the selected rows attended to
                 shadow.layer(i, keys, values)
-            r = m.attention_probs(q, keys)[0]
+            r = m.to_layer(0, m.attention_probs(q, keys)[0])  # the rollout is the first device's
             r[diag, positions] += 1.0
             r = r / r.sum(dim=-1, keepdim=True)
             if every:

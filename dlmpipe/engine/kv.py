@@ -22,11 +22,23 @@ class KVBuffer:
         shape = (n_layers, 1, n_kv_heads, n_rows, head_dim)
         self.keys = torch.empty(shape, dtype=dtype, device=device)
         self.values = torch.empty(shape, dtype=dtype, device=device)
+        self.placement = None
 
     @classmethod
     def for_model(cls, model, n_rows: int) -> KVBuffer:
+        """The buffer of ``model``'s layers: on its device, or each layer's K/V on its layer's
+        device when the layers are placed across several (dlmpipe/placement.py; ``keys`` and
+        ``values`` are then lists of per-layer tensors, indexed alike)."""
         cfg, w = model.cfg, model.embed.weight
-        return cls(cfg.n_layers, cfg.n_kv_heads, n_rows, cfg.head_dim, w.dtype, w.device)
+        p = getattr(model, "placement", None)
+        if p is None:
+            return cls(cfg.n_layers, cfg.n_kv_heads, n_rows, cfg.head_dim, w.dtype, w.device)
+        buffer = cls.__new__(cls)
+        buffer.placement = p
+        shape = (1, cfg.n_kv_heads, n_rows, cfg.head_dim)
+        buffer.keys = [p.empty(p.stage(i), shape, w.dtype) for i in range(cfg.n_layers)]
+        buffer.values = [p.empty(p.stage(i), shape, w.dtype) for i in range(cfg.n_layers)]
+        return buffer
 
     def layer(self, i: int) -> tuple[Tensor, Tensor]:
         """Layer ``i``'s keys and values ``[1, Hkv, N, hd]`` (views), as attention reads them."""
@@ -41,4 +53,5 @@ class KVBuffer:
             if isinstance(rows, slice):
                 buffer[i][:, :, rows] = new
             else:
-                buffer[i].index_copy_(2, rows, new)
+                p = self.placement
+                buffer[i].index_copy_(2, rows if p is None else p.to(rows, p.stage(i)), new)

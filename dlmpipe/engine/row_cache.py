@@ -63,6 +63,7 @@ class RowKVCache(Cache):
         rope = m.rope(self.positions[rows])
         h = m.embed(x[rows][None])
         for i in range(m.cfg.n_layers):
+            h = m.to_layer(i, h)  # the layer boundary (placement.py)
             q, k, v = m.qkv(i, h, rope)
             self.kv.write(i, rows, k, v)
             h = h + m.attn_output(i, m.attend(q, *self.kv.layer(i)))
@@ -79,7 +80,8 @@ class RowKVCache(Cache):
             self.logits[self.served] = float("nan")
         if serve.numel():
             source = serve + self.model.first_logit_row(self.prompt_len)  # the row predicting each
-            self.logits[serve] = self.model.logits(h[0, torch.searchsorted(rows, source)])
+            at = torch.searchsorted(rows, source)
+            self.logits[serve] = self.model.logits(h[0, self.model.beside(at, h)])
         self.served = serve
         return self.logits
 

@@ -60,8 +60,8 @@ class SelectiveCache(Cache):
             self.rank = prox.stored_rank if rank is None else rank
             prox.check_rank(self.rank)
             w = model.embed.weight
-            self.proxy_weights = [prox.projection(i, self.rank).to(dtype=w.dtype, device=w.device)
-                                  for i in range(model.cfg.n_layers)]
+            self.proxy_weights = [model.to_layer(i, prox.projection(i, self.rank).to(
+                dtype=w.dtype, device=w.device)) for i in range(model.cfg.n_layers)]
         self.rows_recomputed: list[int] = []
         self.response_refreshes = 0
 
@@ -88,8 +88,14 @@ class SelectiveCache(Cache):
                                         for i in range(1, cfg.n_layers)]
         dtype, device = m.embed.weight.dtype, m.device
         self.kv = KVBuffer.for_model(m, n)
-        self.delta = torch.empty((cfg.n_layers, 1, self.n_rows, cfg.d_model), dtype=dtype, device=device)
-        self.ident = torch.empty((cfg.n_layers, self.n_rows, self._ident_width()), dtype=dtype, device=device)
+        if m.placement is None:
+            self.delta = torch.empty((cfg.n_layers, 1, self.n_rows, cfg.d_model), dtype=dtype, device=device)
+            self.ident = torch.empty((cfg.n_layers, self.n_rows, self._ident_width()), dtype=dtype,
+                                     device=device)
+        else:  # each layer's on its layer's device (dlmpipe/placement.py)
+            self.delta = [m.layer_empty(i, (1, self.n_rows, cfg.d_model)) for i in range(cfg.n_layers)]
+            self.ident = [m.layer_empty(i, (self.n_rows, self._ident_width()))
+                          for i in range(cfg.n_layers)]
         self.positions = torch.arange(n, device=device)
         self.step = 0
         self.rows_recomputed = [0] * cfg.n_layers
@@ -120,7 +126,7 @@ class SelectiveCache(Cache):
         self.rope_tracked = m.rope(self.positions[base:])  # the tracked rows' tables, once per step
         shadow = with_shadow(m, x, self.prompt_len, self.shadow)
         for layer in range(m.cfg.n_layers):
-            h = self._layer(layer, h, base, dense or layer == 0)
+            h = self._layer(layer, m.to_layer(layer, h), base, dense or layer == 0)
             if shadow is not None:
                 shadow.layer(layer, *self.kv.layer(layer))
         return append(m.response_logits_from_rows(h[:, f - base:])[0], shadow)
@@ -161,7 +167,7 @@ class SelectiveCache(Cache):
         rows = selected + n_prompt
         if n_prompt:
             rows = torch.cat([torch.arange(n_prompt, device=rows.device), rows])
-        rope = m.rope(self.positions[base + rows])
+        rope = m.rope(self.positions[base + m.beside(rows, self.positions)])
         hc, nc = h.index_select(1, rows), normed.index_select(1, rows)
         q = m.queries(layer, nc, rope)
         self._update_kv(layer, normed, nc, rows, rope, base, value_rows)

@@ -58,6 +58,8 @@ class ShadowRows:
         """Advance the shadow rows through layer ``i`` over the real rows' K/V of that layer
         (``[1, Hkv, N, hd]``, what the real rows attended to) and their own."""
         m = self.model
+        self.h = m.to_layer(i, self.h)  # the layer boundary (placement.py)
+        self.sees = m.to_layer(i, self.sees)
         q, k, v = m.qkv(i, self.h, self.rope)
         prefix = m.prefix_kv(i) if hasattr(m, "prefix_kv") else None  # a block-causal stand-in
         self.h = self.h + m.attn_output(i, self.attend(q, keys, values, k, v, prefix))

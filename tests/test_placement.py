@@ -1,0 +1,208 @@
+"""Layer placement across devices (dlmpipe/placement.py), on the CPU.
+
+Three CPU "devices": the placement is built over three stages that are all the CPU, and a
+``StageCheck`` torch-function mode gives every tensor the stage it lives on (parameters their
+stage's, a move the stage it moves to, an op's result its inputs' stage) and fails any op whose
+tensors sit on different stages: exactly what a CUDA op on tensors of two GPUs does. Under it the
+placed model decodes the same tokens as one device, token for token, for several sampler/cache
+pairings; each layer's K/V buffer lives on its layer's stage; the hidden rows cross each stage
+boundary once per forward."""
+from __future__ import annotations
+
+import weakref
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from dlmpipe.engine.kv import KVBuffer
+from dlmpipe.placement import Placement, place, stages
+
+from .models import decode_method, random_prompt, tiny_backbone
+
+STAGES = 3
+LAYERS = 5
+
+
+class Tags:
+    """Tensor -> stage, by identity (a freed tensor's id may be reused: its weak reference tells)."""
+
+    def __init__(self):
+        self._by_id: dict[int, tuple[weakref.ref, int]] = {}
+
+    def get(self, x, default=None):
+        found = self._by_id.get(id(x))
+        return found[1] if found is not None and found[0]() is x else default
+
+    def __setitem__(self, x, stage):
+        self._by_id[id(x)] = (weakref.ref(x), stage)
+
+    def __contains__(self, x):
+        return self.get(x) is not None
+
+
+class RecordingPlacement(Placement):
+    """A placement over CPU stages that tags tensors with their stage and records moves."""
+
+    def __init__(self, n_layers: int, n_stages: int = STAGES):
+        super().__init__([torch.device("cpu")] * n_stages, n_layers)
+        self.tags = Tags()
+        self.moves: list[tuple[int, int, tuple]] = []  # (from, to, shape) of every real move
+
+    def stage_of(self, x):
+        return self.tags.get(x)
+
+    def tag(self, x, stage):
+        self.tags[x] = stage
+        return x
+
+    def to(self, x, stage):
+        have = self.tags.get(x)
+        if have == stage:
+            return x
+        with torch._C.DisableTorchFunction():
+            moved = x.view_as(x) if x.dim() else x.clone()
+        if have is not None:
+            self.moves.append((have, stage, tuple(x.shape)))
+        return self.tag(moved, stage)
+
+    def empty(self, stage, shape, dtype):
+        with torch._C.DisableTorchFunction():
+            return self.tag(torch.empty(shape, dtype=dtype), stage)
+
+
+CREATION = {torch.arange, torch.zeros, torch.ones, torch.full, torch.empty, torch.tensor,
+            torch.as_tensor, torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like,
+            torch.rand, torch.randn, torch.randint}
+
+
+class StageCheck(TorchFunctionMode):
+    """Fails an op over tensors of two stages; gives its results their stage."""
+
+    def __init__(self, placement: RecordingPlacement):
+        super().__init__()
+        self.p = placement
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        seen = set()
+
+        def visit(a):
+            if isinstance(a, torch.Tensor):
+                s = self.p.tags.get(a)
+                if s is not None:
+                    seen.add(s)
+            elif isinstance(a, (list, tuple)):
+                for b in a:
+                    visit(b)
+
+        visit(args)
+        visit(list(kwargs.values()))
+        if len(seen) > 1:
+            raise AssertionError(f"{getattr(func, '__name__', func)} over tensors of stages {sorted(seen)}")
+        out = func(*args, **kwargs)
+        # a tensor made from no tensor (arange, zeros, full, tensor) is made on a device the
+        # caller names: the model's or the sampler's, which is the first one (a layer's own
+        # tensors come from placement.empty or from its inputs)
+        stage = seen.pop() if seen else (0 if func in CREATION else None)
+        if stage is not None:
+            for r in (out if isinstance(out, (list, tuple)) else (out,)):
+                if isinstance(r, torch.Tensor) and r not in self.p.tags:
+                    self.p.tag(r, stage)
+        return out
+
+
+def placed_copy(model, n_stages=STAGES) -> tuple[object, RecordingPlacement]:
+    import copy
+
+    placed = copy.deepcopy(model)
+    p = RecordingPlacement(model.cfg.n_layers, n_stages)
+    place(placed, p.devices, p)
+    for i, block in enumerate(placed.blocks):
+        for t in block.parameters():
+            p.tag(t, p.stage(i))
+    p.tag(placed.embed.weight, 0)
+    p.tag(placed.final_norm.weight, p.last)
+    if not placed.cfg.tie_embeddings:
+        p.tag(placed.head.weight, p.last)
+    return placed, p
+
+
+def test_stages_are_contiguous_and_balanced():
+    assert stages(5, 3) == [0, 0, 1, 1, 2]
+    assert stages(32, 3) == [0] * 11 + [1] * 11 + [2] * 10
+    assert stages(2, 1) == [0, 0]
+
+
+def test_the_check_catches_an_op_across_stages():
+    """The stage check is what makes the decode tests below mean something."""
+    model = tiny_backbone("llada", n_layers=LAYERS)
+    placed, p = placed_copy(model)
+    with StageCheck(p), pytest.raises(AssertionError, match="stages"):
+        h = placed.embed(random_prompt(6, 0)[None])  # on the first stage
+        # a layer of the last stage, its output added to the first stage's rows without a move
+        _ = h + placed.blocks[-1].attn_out(torch.zeros(1, 6, 64))
+
+
+PAIRINGS = [  # (family, sampler, cache): every cache, WINO's shadow rows, the block-causal loop
+    ("llada", {"name": "llada_confidence", "steps": 8, "block_length": 8}, {"name": "none"}),
+    ("llada", {"name": "llada_confidence", "steps": 8, "block_length": 8}, {"name": "archer", "K": 4}),
+    ("dream", {"name": "dream", "steps": 8}, {"name": "archer", "K": 4}),
+    ("llada", {"name": "threshold", "block_length": 8}, {"name": "fast_dllm_dual"}),
+    ("dream", {"name": "llada_confidence", "steps": 8, "block_length": 8}, {"name": "fast_dllm_prefix"}),
+    ("llada", {"name": "llada_confidence", "steps": 16, "block_length": 8}, {"name": "dkv_decode"}),
+    ("llada", {"name": "llada_confidence", "steps": 16, "block_length": 8}, {"name": "spa", "rank": 32}),
+    ("dream", {"name": "llada_confidence", "steps": 16, "block_length": 8}, {"name": "dllm_cache"}),
+    ("llada", {"name": "llada_confidence", "steps": 16, "block_length": 8}, {"name": "d2cache"}),
+    ("llada", {"name": "wino", "block_length": 8}, {"name": "archer", "K": 4}),
+    ("sdar", {"name": "sdar", "temperature": 0}, {"name": "none"}),
+    ("fast_dllm_v2", {"name": "fast_dllm_v2"}, {"name": "fast_dllm_v2"}),
+]
+
+
+def artifacts(model, cache: dict) -> dict | None:
+    from dlmpipe.engine.proxies import proxies_from_model
+
+    return {"proxies": proxies_from_model(model)} if cache["name"] == "spa" else None
+
+
+@pytest.mark.parametrize("family,sampler,cache", PAIRINGS,
+                         ids=[f"{f}-{s['name']}-{c['name']}" for f, s, c in PAIRINGS])
+def test_placed_decode_equals_one_device(family, sampler, cache):
+    model = tiny_backbone(family, n_layers=LAYERS)
+    prompt = random_prompt(7, 1)
+    extra = artifacts(model, cache)
+    want = decode_method(model, sampler, cache, prompt, gen_len=16, artifacts=extra)
+    placed, p = placed_copy(model)
+    with StageCheck(p):
+        got = decode_method(placed, sampler, cache, prompt, gen_len=16, artifacts=extra)
+    assert got.response.tolist() == want.response.tolist()
+    assert got.stats["nfe"] == want.stats["nfe"]
+    # the hidden rows cross each stage boundary (0 -> 1 -> 2) and the final rows' logits come
+    # back to the first stage; nothing moves backwards but the logits and row indices
+    crossings = {(a, b) for a, b, _ in p.moves}
+    assert {(0, 1), (1, 2)} <= crossings, crossings
+    assert crossings <= {(0, 1), (1, 2), (2, 0), (0, 2), (1, 0)}, crossings
+
+
+@pytest.mark.parametrize("cache", [{"name": "archer", "K": 4}, {"name": "fast_dllm_dual"}],
+                         ids=lambda c: c["name"])
+def test_placed_batched_decode_equals_one_device(cache):
+    """Several samples decoded together (dlmpipe/batching.py) over the placed layers."""
+    from .test_batching import decode_all
+
+    model = tiny_backbone("llada", n_layers=LAYERS)
+    sampler = {"name": "llada_confidence", "steps": 16, "block_length": 8}
+    want = decode_all(model, sampler, cache, 3)
+    placed, p = placed_copy(model)
+    with StageCheck(p):
+        got = decode_all(placed, sampler, cache, 3)
+    assert all(torch.equal(got[i].response, want[i].response) for i in want)
+
+
+def test_each_layers_kv_lives_on_its_layers_stage():
+    model = tiny_backbone("dream", n_layers=LAYERS)
+    placed, p = placed_copy(model)
+    kv = KVBuffer.for_model(placed, 10)
+    assert [p.stage_of(k) for k in kv.keys] == p.layer_stage == [p.stage_of(v) for v in kv.values]
+    assert p.layer_stage == [0, 0, 1, 1, 2]
