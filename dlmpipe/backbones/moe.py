@@ -4,7 +4,8 @@ router's weights, and shared experts (a dense SwiGLU every row takes) are added.
 
 Only the routed work is done: the (row, slot) pairs are sorted by expert, and each expert that
 received rows runs one SwiGLU (three matrix products) over exactly its rows (``index_select``
-in, ``index_copy_`` out); an expert no row chose is never called. This is the releases' own
+in: one gather of every expert's rows, then contiguous slices; out: one gather back to slot
+order); an expert no row chose is never called. This is the releases' own
 inference path (LLaDA2.0's ``moe_infer``; LLaDA-MoE loops over every expert but only on the rows
 routed to it) without their per-expert Python work on empty experts.
 
@@ -91,7 +92,10 @@ class MoEFFN(nn.Module):
         scores = sigmoid(logits)
         ranked = scores + bias if bias is not None else scores
         t, g = ranked.shape[0], cfg.n_group
-        group_scores = ranked.view(t, g, -1).topk(2, dim=-1)[0].sum(dim=-1)
+        grouped = ranked.view(t, g, -1)  # a group's score: the sum of its best two (topk(2) as
+        best, at = grouped.max(dim=-1, keepdim=True)  # released: the best, then the best of the
+        second = grouped.scatter(-1, at, float("-inf")).amax(dim=-1)  # rest; ties alike)
+        group_scores = best.squeeze(-1) + second
         group_idx = torch.topk(group_scores, k=cfg.topk_group, dim=-1, sorted=False)[1]
         group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1).bool()
         keep = group_mask.unsqueeze(-1).expand(t, g, cfg.n_experts // g).reshape(t, -1)
@@ -110,22 +114,24 @@ class MoEFFN(nn.Module):
         flat = idx.reshape(-1)  # slot j of row r at r * k + j
         order = torch.argsort(flat, stable=True)  # slots grouped by expert, rows ascending
         counts = torch.bincount(flat, minlength=self.cfg.n_experts).tolist()  # one host read
-        rows_of = order // k
-        out = x2.new_empty(t * k, shape[-1])
+        xs = x2.index_select(0, order // k)  # every expert's rows, contiguous: one gather
+        ws = w.reshape(-1).index_select(0, order)[:, None]
+        ys = torch.empty(t * k, shape[-1], dtype=torch.float32, device=x.device)
         start = 0
         for e, c in enumerate(counts):
             if not c:
                 continue
-            slots = order[start:start + c]
-            y = self.experts[e](x2.index_select(0, rows_of[start:start + c]))
-            out.index_copy_(0, slots, y)
+            end = start + c  # weighted output written in place: no concatenation pass
+            torch.mul(self.experts[e](xs[start:end]).float(), ws[start:end], out=ys[start:end])
             if self.calls is not None:
                 self.calls.append((e, c))
-            start += c
-        out = out.view(t, k, -1)
-        acc = out[:, 0].float() * w[:, :1]
+            start = end
+        back = torch.empty_like(order)
+        back[order] = torch.arange(order.numel(), device=order.device)
+        out = ys.index_select(0, back).view(t, k, -1)  # slot order again
+        acc = out[:, 0]
         for j in range(1, k):  # slot order, elementwise: the same sum whatever t is
-            acc = acc + out[:, j].float() * w[:, j:j + 1]
+            acc = acc + out[:, j]
         y = acc.to(x.dtype)
         if self.cfg.shared_expert_hidden:
             y = y + self.shared(x2)
