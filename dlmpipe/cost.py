@@ -33,6 +33,8 @@ SAMPLER_ASSUMPTIONS = {
             "checkpoint's is not read)",
     "fast_dllm_v2": "gen_length / t updates, t as for threshold, in sub-blocks of "
                     "sub_block_length",
+    "dinfer_hierarchy": "gen_length / t updates, t as for threshold",
+    "dinfer_credit": "gen_length / t updates, t as for threshold",
 }
 #: the rows each cache computes per update (N = P + G; full: a forward over all N rows)
 CACHE_ASSUMPTIONS = {
@@ -53,6 +55,9 @@ CACHE_ASSUMPTIONS = {
     "d2cache": "full at update 0, else current_k (or the block's masked rows, if more) + the "
                "tokens just decoded + rollout_p x N rows",
     "fast_dllm_v2": "as fast_dllm_dual over the sampler's sub-blocks",
+    "dinfer_vicinity": "full at updates 0 to warmup_steps, at each block start (and every "
+                       "refresh_interval), else the block with prefix_look rows before and "
+                       "after_look rows after it",
 }
 #: (the rows are a full-attention backbone's: on a block-causal one a full forward computes the
 #: active block's rows only, docs/METHODS.md "Block-causal backbones"; not modelled yet)
@@ -105,7 +110,8 @@ def schedule(sampler: dict, gen_length: int, parallel_tokens: float = 1.0) -> Sc
         return Schedule(block, blocks, per_block, block / per_block)
     if name == "saber":
         tokens = float(sampler["n"])
-    elif name in ("threshold", "factor", "eb_sampler", "wino", "fast_dllm_v2"):
+    elif name in ("threshold", "factor", "eb_sampler", "wino", "fast_dllm_v2", "dinfer_hierarchy",
+                  "dinfer_credit"):
         tokens = max(1.0, float(parallel_tokens))
     else:
         raise ValueError(f"no cost model for sampler {name!r} (dlmpipe/cost.py)")
@@ -214,6 +220,8 @@ _CACHE_ROWS = {
         t.masked + t.s.tokens, (2 + 2 * c.get("window", 4)) * t.s.tokens),
     "spa": _spa,
     "dllm_cache": _dllm,
+    "dinfer_vicinity": lambda c, t: t.n if t.update <= c.get("warmup_steps", 4) or _block_start(c, t)
+    else t.s.block + c.get("prefix_look", 16) + c.get("after_look", 16),
     "d2cache": lambda c, t: t.n if t.update == 0 else (
         max(c.get("current_k", 32), t.masked_in_block) + t.s.tokens + c.get("rollout_p", 0.1) * t.n),
 }

@@ -138,7 +138,9 @@ SAMPLER_READS = {"llada_confidence": 0, "random_order": 0, "saber": 1, "threshol
                  "eb_sampler": 1, "klass": 1,
                  # the releases' block loops (block-causal backbones): whether the block (SDAR)
                  # or the sub-block (Fast-dLLM v2) still has masks
-                 "sdar": 1, "fast_dllm_v2": 1}
+                 "sdar": 1, "fast_dllm_v2": 1,
+                 # dInfer's decoders: the block loop's read (accepted, masks left)
+                 "dinfer_hierarchy": 1, "dinfer_credit": 1}
 #: the sampler specs the budgets are checked with
 SAMPLER_SPECS = {name: {"name": name, "block_length": 8} for name in SAMPLER_READS} | {
     "dream": {"name": "dream", "alg": "entropy", "temperature": 0.2, "top_p": 0.95}}
@@ -156,6 +158,8 @@ CACHE_READS = {
     "dllm_cache": ({"name": "dllm_cache", "K_r": 3}, 0, 0),
     "d2cache": ({"name": "d2cache", "current_k": 4}, 0, 1),  # the selected rows' count
     "fast_dllm_v2": ({"name": "fast_dllm_v2"}, 0, 1),  # whether the sub-block's first is masked
+    "dinfer_vicinity": ({"name": "dinfer_vicinity", "warmup_steps": 1, "prefix_look": 2,
+                         "after_look": 2}, 0, 0),
 }
 
 

@@ -243,7 +243,7 @@ def test_the_cost_model_covers_every_method_and_its_exact_settings_cost_full_rec
              "dllm_cache": {"K_p": 1, "K_r": 1}, "fast_dllm_prefix": {"refresh_interval": 1},
              "fast_dllm_dual": {"refresh_interval": 1}, "dkv_decode": {"refresh_interval": 1},
              "dkv_greedy": {"refresh_interval": 1}, "d2cache": {"rollout_p": 1}, "none": {},
-             "fast_dllm_v2": {"refresh_interval": 1}}
+             "fast_dllm_v2": {"refresh_interval": 1}, "dinfer_vicinity": {"refresh_interval": 1}}
     assert set(exact) == set(registry.CACHES)
     for s in registry.SAMPLERS:
         sampler = {"name": s, **({"block_length": 32} if "block_length" in

@@ -37,6 +37,10 @@ DREAM_ORIGIN = {"name": "dream", "alg": "origin", "steps": 8}
 # WINO on these 64-token models: several unmasks per step and re-masks (revisions), so its
 # shadow rows (engine/shadow.py) decide tokens through every cache
 WINO = {"name": "wino", "wide_in": 0.035, "narrow_out": 0.08, "block_length": 8}
+# dInfer's decoders in blocks of 8 (thresholds low enough for several unmasks per step here)
+DINFER_HIERARCHY = {"name": "dinfer_hierarchy", "block_length": 8, "threshold": 0.5,
+                    "low_threshold": 0.1}
+DINFER_CREDIT = {"name": "dinfer_credit", "block_length": 8, "threshold": 0.5}
 
 
 def row(sampler: dict, cache: dict, **stats) -> tuple[dict, dict, dict]:
@@ -94,6 +98,21 @@ DEGENERATE = {
     # sub-block's first position is masked, so sub-blocks of one position refresh every step
     "fast_dllm_v2-sub1/fast_dllm_v2": row({"name": "fast_dllm_v2", "sub_block_length": 1},
                                           {"name": "fast_dllm_v2"}),
+    # dInfer's vicinity refresh: a window covering the sequence, a full forward every step, or a
+    # warm-up longer than the decode are full recompute; under dInfer's decoders and others
+    "dinfer_vicinity-all/dinfer_hierarchy": row(DINFER_HIERARCHY, {"name": "dinfer_vicinity",
+                                                                   "prefix_look": 10**6,
+                                                                   "after_look": 10**6}),
+    "dinfer_vicinity-refresh1/dinfer_credit": row(DINFER_CREDIT, {"name": "dinfer_vicinity",
+                                                                  "refresh_interval": 1}),
+    "dinfer_vicinity-warmup/threshold": row({"name": "threshold", "tau": 0.5, "block_length": 8},
+                                            {"name": "dinfer_vicinity", "warmup_steps": 10**6}),
+    "dinfer_vicinity-all/llada": row(LLADA_BLOCKS, {"name": "dinfer_vicinity", "prefix_look": 10**6,
+                                                    "after_look": 10**6, "warmup_steps": 0}),
+    # dInfer's decoders read only their block's masked rows: the row caches serve them
+    "fast_dllm_dual/dinfer_hierarchy": row(DINFER_HIERARCHY, {"name": "fast_dllm_dual",
+                                                              "refresh_interval": 1}),
+    "dkv_decode/dinfer_credit": row(DINFER_CREDIT, {"name": "dkv_decode", "refresh_interval": 1}),
 }
 
 
@@ -213,7 +232,8 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
                 "wino": {"block_length": 8},
                 "eb_sampler": {"block_length": 8, "gamma": 0.5},
                 "klass": {"block_length": 8, "conf_threshold": 0.5, "kl_threshold": 0.5},
-                "sdar": {"temperature": 0.5}, "fast_dllm_v2": {"sub_block_length": 4}}
+                "sdar": {"temperature": 0.5}, "fast_dllm_v2": {"sub_block_length": 4},
+                "dinfer_hierarchy": {"block_length": 8}, "dinfer_credit": {"block_length": 8}}
     assert set(samplers) == set(registry.SAMPLERS)
     refused = set()
     attention = "block_causal" if family in BLOCK_FAMILIES else "full"
@@ -256,7 +276,8 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family):
     # rollback re-scores every response row, and KLASS's KL history covers positions before their
     # block starts: only the caches that leave rows stale refuse them
     stale = {(s, c) for s in ("saber", "klass")
-             for c in ("fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy", "d2cache")}
+             for c in ("fast_dllm_prefix", "fast_dllm_dual", "dkv_decode", "dkv_greedy", "d2cache",
+                       "dinfer_vicinity")}
     # WINO reads shadow rows (its verification queries): every cache computes them next to its
     # forward (engine/shadow.py), over the K/V its own rows attend to, so none refuses it; a
     # cache without them would be refused (registry shadow_rows; tests/test_wino.py)

@@ -140,6 +140,21 @@ CACHES = table(
                         "(the release's update writes into a copy and never takes effect) and the "
                         "search window is sized by the masks the block had at the step's start")},
         shadow_rows=True),
+    Component(
+        "dinfer_vicinity", "dlmpipe.engine.vicinity:VicinityCache",
+        "dInfer's dual cache with vicinity refresh: full forwards for the first warmup_steps "
+        "steps, then a full forward at each block start; later steps recompute the block with "
+        "prefix_look rows before and after_look rows after it over cached K/V of every other row",
+        "block_rows",
+        {"prefix_look": integer(16, "rows before the block recomputed every step (the release's "
+                                    "configs 16; 0 and after_look 0: dInfer's plain dual cache; "
+                                    "covering the sequence equals full recompute)", minimum=0),
+         "after_look": integer(16, "rows after the block recomputed every step (the release's "
+                                   "configs 16)", minimum=0),
+         "warmup_steps": integer(4, "full forwards without a cache at the start of a sample (the "
+                                    "release's configs 4)", minimum=0),
+         "refresh_interval": _REFRESH_INTERVAL_OR_NULL},
+        shadow_rows=True),
 )
 
 
@@ -164,5 +179,10 @@ _ON_BLOCK_CAUSAL = {
                   "never refreshed",
     "d2cache": "selects rows of the active block; its attention rollout runs over them (the "
                "prefix's attention left out)",
+    "dinfer_vicinity": "the window inside the active block: the sampler's sub-block with "
+                       "prefix_look rows before and after_look rows after it, clipped to the "
+                       "active block (the finished prefix is exact, never recomputed); "
+                       "warmup_steps counts each active block's forwards (the cache begins with "
+                       "each block)",
 }
 CACHES = {n: dataclasses.replace(c, on_block_causal=_ON_BLOCK_CAUSAL[n]) for n, c in CACHES.items()}

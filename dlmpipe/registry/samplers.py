@@ -254,6 +254,40 @@ SAMPLERS = table(
                         "confidence and KL come from the Gumbel-perturbed softmax"),
          **LLADA_SCHEDULE},
         checks=(blocks_tile_response, steps_split_over_blocks)),
+    Component(
+        "dinfer_hierarchy", "dlmpipe.samplers.dinfer:HierarchySampler",
+        "dInfer's hierarchical decoding: per step, in every run of adjacent masked positions of "
+        "the block, the most confident one if above low_threshold; every position above "
+        "threshold; always the block's most confident (per block, looped until it has no masks)",
+        "masked_rows",
+        {"threshold": number(0.9, "also unmask every masked position with confidence > threshold "
+                                  "(the release's benchmark default 0.9)", maximum=1),
+         "low_threshold": number(0.3, "a run's most confident position is unmasked only above "
+                                      "this (the benchmark's default 0.3; HierarchyDecoder's own "
+                                      "0.4)", maximum=1),
+         "block_length": positive_or_null(64, "null means gen_length (one block); the release's "
+                                              "benchmark uses 64"),
+         "temperature": TEMPERATURE},
+        checks=(blocks_tile_response,)),
+    Component(
+        "dinfer_credit", "dlmpipe.samplers.dinfer:CreditSampler",
+        "dInfer's credit decoding: a per-block credit (EMA of each masked position's top-1 "
+        "probability ** boost_gamma at its top-1 token) fused into the logits, l + credit_alpha "
+        "log(1 + credit); dInfer's threshold rule on the fused confidences (per block, looped "
+        "until it has no masks)", "masked_rows",
+        {"threshold": number(0.9, "unmask every candidate with fused confidence >= threshold "
+                                  "(the most confident always; the benchmark's default 0.9)",
+                             maximum=1),
+         "credit_alpha": number(0.7, "weight of log(1 + credit) added to the logits (released 0.7; "
+                                     "0: dInfer's plain threshold decoder)"),
+         "boost_gamma": number(0.2, "exponent of the top-1 probability added to the credit "
+                                    "(released 0.2)"),
+         "decay_beta": number(0.8, "the credit's decay per step of a block (released 0.8)",
+                              maximum=1),
+         "block_length": positive_or_null(64, "null means gen_length (one block); the release's "
+                                              "benchmark uses 64"),
+         "temperature": TEMPERATURE},
+        checks=(blocks_tile_response,)),
 )
 
 
@@ -278,5 +312,9 @@ _ON_BLOCK_CAUSAL = {
     "klass": "KL histories of the active block's positions (steps per active block)",
     "sdar": "the release's denoising loop of one active block",
     "fast_dllm_v2": "the release's sub-block loop of one active block",
+    "dinfer_hierarchy": "the block loop inside the active block (block_length: its sub-blocks); "
+                        "runs of masked positions are counted inside the sub-block",
+    "dinfer_credit": "the block loop inside the active block (block_length: its sub-blocks); "
+                     "the credit restarts with each sub-block",
 }
 SAMPLERS = {n: dataclasses.replace(c, on_block_causal=_ON_BLOCK_CAUSAL[n]) for n, c in SAMPLERS.items()}

@@ -1,0 +1,111 @@
+"""dInfer's decoders: hierarchical and credit decoding (inclusionAI/dInfer; docs/METHODS.md §1.13,
+§1.14). Both run Fast-dLLM's block loop (§1.2): blocks left to right, each stepped until it has no
+masks; per step the candidates are the block's masked positions with their tokens (argmax,
+Gumbel noise at temperature > 0, never the MASK id).
+
+- Hierarchical decoding (``HierarchyDecoder``): the block's masked positions fall into runs of
+  adjacent masked positions (segments); a step unmasks, in every segment, the positions whose
+  confidence equals the segment's maximum, if above ``low_threshold``; every position above
+  ``threshold``; and always the block's most confident position (the first on ties).
+- Credit decoding (``CreditThresholdParallelDecoder``): a credit matrix ``C [block, V]`` (float32,
+  zero at the block's start) decays by ``decay_beta`` at every step of the block but its first;
+  each masked position adds ``p_top1 ** boost_gamma`` at its top-1 token (of the step's
+  logits); the step decides on the fused logits ``l + credit_alpha * log(1 + C)`` by dInfer's
+  threshold rule: every candidate whose fused confidence (float32 softmax) is at least
+  ``min(threshold, c_max - 1e-5)``, so the most confident always (and any within 1e-5 of it).
+
+Confidence is the float32 softmax probability of the token, as the release computes it on
+float32 logits (it computes hierarchical decoding's in the logits' dtype: bf16 on its models).
+Both read only the masked rows of their block, so every cache serves them.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .base import gumbel_argmax
+from .parallel import BlockLoop, block_candidates
+
+#: dInfer's threshold rule accepts everything within this of the best confidence
+CREDIT_TIE = 1e-5
+
+
+def hierarchy_accepts(relative: Tensor, confidence: Tensor, threshold: float,
+                      low_threshold: float) -> Tensor:
+    """Which candidates (ascending block positions ``relative``, their ``confidence``) one step of
+    hierarchical decoding unmasks, a bool mask (no host read)."""
+    m = relative.numel()
+    if m == 0:
+        return torch.zeros(0, dtype=torch.bool, device=relative.device)
+    starts = torch.ones_like(relative, dtype=torch.bool)
+    starts[1:] = relative[1:] != relative[:-1] + 1  # a gap: the next segment begins
+    segment = torch.cumsum(starts.to(torch.int64), 0) - 1
+    best = torch.full((m,), float("-inf"), dtype=confidence.dtype, device=confidence.device)
+    best = best.scatter_reduce(0, segment, confidence, reduce="amax", include_self=True)
+    accepted = (confidence == best[segment]) & (confidence > low_threshold)
+    accepted |= confidence > threshold
+    accepted |= torch.arange(m, device=relative.device) == confidence.argmax()  # no host read
+    return accepted
+
+
+class HierarchySampler(BlockLoop):
+    def __init__(self, *, threshold: float, low_threshold: float, block_length: int | None,
+                 temperature: float):
+        self.threshold, self.low_threshold = threshold, low_threshold
+        self.block_length_opt, self.temperature = block_length, temperature
+
+    def step(self, x: Tensor, logits: Tensor) -> None:
+        response = x[self.prompt_len:]
+        lo, hi = self.block
+        masked, candidates, rows, tokens = block_candidates(
+            response[lo:hi], logits[lo:hi], self.remaining, self.mask_id, self.temperature,
+            self.generator)
+        confidence = torch.softmax(rows.float(), dim=-1).gather(-1, tokens[:, None])[:, 0]
+        accepted = hierarchy_accepts(candidates, confidence, self.threshold, self.low_threshold)
+        candidates = candidates + lo
+        response[candidates] = torch.where(accepted, tokens, response[candidates])
+        self.block_step += 1
+        self.finish_step(response, accepted.sum())
+
+
+class CreditSampler(BlockLoop):
+    def __init__(self, *, threshold: float, credit_alpha: float, boost_gamma: float,
+                 decay_beta: float, block_length: int | None, temperature: float):
+        self.threshold, self.alpha = threshold, credit_alpha
+        self.gamma, self.beta = boost_gamma, decay_beta
+        self.block_length_opt, self.temperature = block_length, temperature
+
+    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
+        super().begin(prompt_len, gen_len, mask_id, generator, device)
+        self.credit: Tensor | None = None  # [block_length, V], allocated with the vocabulary
+
+    def step(self, x: Tensor, logits: Tensor) -> None:
+        response = x[self.prompt_len:]
+        lo, hi = self.block
+        masked = response[lo:hi] == self.mask_id
+        m = self.remaining
+        candidates = torch.sort((~masked).to(torch.uint8), stable=True).indices[:m]
+        rows = logits[lo:hi][candidates].float()
+        if self.credit is None:
+            self.credit = torch.zeros(self.block_length, rows.shape[-1], dtype=torch.float32,
+                                      device=rows.device)
+        if self.block_step == 0:
+            self.credit.zero_()  # a new block's credit (the release keys it by the block)
+        else:
+            self.credit.mul_(self.beta)
+        top_p, top = torch.softmax(rows, dim=-1).max(-1)
+        self.credit[candidates, top] += top_p.pow(self.gamma)
+        fused = rows + self.alpha * torch.log(self.credit[candidates] + 1)
+        without_mask = fused.clone()
+        without_mask[:, self.mask_id] = float("-inf")
+        tokens = gumbel_argmax(without_mask, self.temperature, self.generator)
+        confidence = torch.softmax(fused, dim=-1).gather(-1, tokens[:, None])[:, 0]
+        if m:
+            bar = torch.clamp(confidence.max() - CREDIT_TIE, max=self.threshold)
+            accepted = confidence >= bar
+        else:
+            accepted = torch.zeros(0, dtype=torch.bool, device=rows.device)
+        candidates = candidates + lo
+        response[candidates] = torch.where(accepted, tokens, response[candidates])
+        self.block_step += 1
+        self.finish_step(response, accepted.sum())
