@@ -63,27 +63,41 @@ def place(model, devices: list[torch.device | str], placement: Placement | None 
     blocks on ``devices[s]``, the embedding on the first, final norm and head on the last.
     ``placement``: one already built over these devices (tests record its moves)."""
     p = placement or Placement(list(devices), model.cfg.n_layers)
-    tied = model.cfg.tie_embeddings
-    model.embed.to(p.devices[0])
-    for i, block in enumerate(model.blocks):
-        block.to(p.device(i))
-    model.final_norm.to(p.devices[p.last])
-    if tied:  # one matrix: the head reads it on the first device (logits() moves the rows there)
-        model.head.weight = model.embed.weight
-    else:
-        model.head.to(p.devices[p.last])
+    with torch.no_grad():
+        for name, param in model.named_parameters():  # a tied head is the embedding (first)
+            param.data = param.data.to(p.devices[parameter_stage(name, p)])
     model._rope_cache.clear()
     model.placement = p
     return model
 
 
-def job_devices(device: torch.device, gpus: int) -> list[torch.device]:
-    """The devices a job places its layers on: ``gpus`` CUDA devices it got (SLURM's
-    CUDA_VISIBLE_DEVICES numbers them from 0), or ``device`` alone."""
+#: the environment variable a model job's rule sets to the GPUs it asked for (common.smk's
+#: ``model_job_resources``: ``DLMPIPE_GPUS={resources.gpu}``)
+GPUS_ENV = "DLMPIPE_GPUS"
+
+
+def job_gpus() -> int:
+    """The GPUs this job asked for (``GPUS_ENV``; 1 when unset: one device)."""
+    import os
+
+    return int(os.environ.get(GPUS_ENV) or 1)
+
+
+def job_placement(device: torch.device, gpus: int, n_layers: int) -> Placement | None:
+    """The placement of a job's layers over the ``gpus`` CUDA devices it got (SLURM's
+    CUDA_VISIBLE_DEVICES numbers them from 0); None on one device."""
     if device.type != "cuda" or gpus <= 1:
-        return [device]
+        return None
     have = torch.cuda.device_count()
     if have < gpus:
-        raise RuntimeError(f"the job asked for {gpus} GPUs but sees {have} "
+        raise RuntimeError(f"the job asked for {gpus} GPUs ({GPUS_ENV}) but sees {have} "
                            "(CUDA_VISIBLE_DEVICES); the model's layers need them all")
-    return [torch.device("cuda", i) for i in range(gpus)]
+    return Placement([torch.device("cuda", i) for i in range(gpus)], n_layers)
+
+
+def parameter_stage(name: str, p: Placement) -> int:
+    """The stage holding parameter ``name`` of the native model: a block's its layer's, the
+    embedding the first, the final norm and the head the last."""
+    if name.startswith("blocks."):
+        return p.stage(int(name.split(".")[1]))
+    return 0 if name.startswith("embed.") else p.last

@@ -10,6 +10,7 @@ rest on; the plan prints them (docs/ARCHITECTURE.md, "Performance shape", says t
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,17 +76,40 @@ KNOWN_CHECKPOINTS = (
     (r"diffucoder", "DiffuCoder-7B (Qwen2.5-Coder-7B)", "dream", 3584, 28, 28, 4, 18944, 152064),
     (r"dream", "Dream-v0-7B (Qwen2.5-7B)", "dream", 3584, 28, 28, 4, 18944, 152064),
 )
+#: mixture-of-experts checkpoints (matched first), whose weights are not the dense formula's:
+#: (pattern, label, family, total parameters (every expert: the weights held in memory, for
+#: dlmpipe/gpus.py), active parameters per token (the FLOPs), layers, kv heads, head width), from
+#: the releases' model cards and config.json (the totals as the cards round them)
+KNOWN_MOE_CHECKPOINTS = (
+    (r"llada2(\.0)?[-_]?flash", "LLaDA2.0-flash (100B total, 6.1B active)", "llada2",
+     100_000_000_000, 6_100_000_000, 32, 4, 128),
+    (r"llada2(\.0)?[-_]?mini", "LLaDA2.0-mini (16B total, 1.4B active)", "llada2",
+     16_000_000_000, 1_400_000_000, 20, 4, 128),
+    (r"llada[-_]?moe", "LLaDA-MoE-7B-A1B (7B total, 1.4B active)", "llada_moe",
+     7_000_000_000, 1_400_000_000, 16, 16, 128),
+)
 
 
 @dataclass(frozen=True)
 class Size:
-    """A backbone's parameters, layers and identity, and where they were read from."""
+    """A backbone's parameters, layers and identity, and where they were read from.
+    ``parameters``: those a token passes through (a forward's FLOPs); ``total``: every weight
+    held in memory (a mixture of experts' every expert; the dense ones': ``parameters``);
+    ``n_kv_heads`` x ``head_dim``: one layer's K (or V) width per row (dlmpipe/gpus.py)."""
 
     parameters: int
     n_layers: int
     identity: object  # backbones.identity.BackboneIdentity
     source: str
     char_tokens: bool = False  # a character-level tokenizer (the toy's): one token per character
+    n_kv_heads: int = 0
+    head_dim: int = 0
+    total: int | None = None
+
+    @property
+    def weights(self) -> int:
+        """Parameters held in memory."""
+        return self.total or self.parameters
 
 
 def parameters(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, mlp_hidden: int,
@@ -99,6 +123,45 @@ def parameters(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, mlp_h
     layer = (2 * d_model + d_model * (q + 2 * kv) + (q + 2 * kv) * qkv_bias + q * d_model
              + 3 * d_model * mlp_hidden + 2 * hd * qk_norm)
     return (1 + (not tied)) * vocab_size * d_model + d_model + n_layers * layer
+
+
+#: bytes per element of the safetensors dtypes (the header names them)
+SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
+                     "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def _header(file: Path) -> dict:
+    """A safetensors file's header (the JSON before the data; no tensor is read)."""
+    import json
+    import struct
+
+    with open(file, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        header = json.loads(fh.read(n))
+    header.pop("__metadata__", None)
+    return header
+
+
+def checkpoint_parameters(path: Path) -> int | None:
+    """Every parameter a checkpoint directory stores (a mixture of experts' every expert), from
+    its safetensors headers: the index's ``metadata.total_size`` (bytes) over the first
+    tensor's bytes per element where the index states it, else the headers' shapes summed.
+    None where there are no weights to read."""
+    import json
+
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        data = json.loads(index.read_text())
+        files = sorted({path / f for f in data.get("weight_map", {}).values()})
+        total = (data.get("metadata") or {}).get("total_size")
+        if total and files:
+            first = next(iter(_header(files[0]).values()))
+            return int(total) // SAFETENSORS_BYTES[first["dtype"]]
+    elif (path / "model.safetensors").is_file():
+        files = [path / "model.safetensors"]
+    else:
+        return None
+    return sum(math.prod(e["shape"]) for f in files for e in _header(f).values())
 
 
 def backbone_size(campaign, backbone: str) -> Size | None:
@@ -119,7 +182,8 @@ def backbone_size(campaign, backbone: str) -> Size | None:
         o = {**defaults, **spec["toy"]}
         n = parameters(o["d_model"], o["n_layers"], o["n_heads"], o["n_heads"], o["mlp_hidden"],
                        TOY_VOCABULARY, False)
-        return Size(n, o["n_layers"], TOY, "toy options", char_tokens=True)
+        return Size(n, o["n_layers"], TOY, "toy options", char_tokens=True,
+                    n_kv_heads=o["n_heads"], head_dim=o["d_model"] // o["n_heads"])
     if path is not None and (path / "config.json").is_file():
         from .backbones.checkpoint_config import read_fields
 
@@ -129,13 +193,21 @@ def backbone_size(campaign, backbone: str) -> Size | None:
                        c.get("qk_norm", False), c.get("tie_embeddings", False))
         identity = TOY if "shipped" in spec else checkpoint_identity(path)
         return Size(n, c["n_layers"], identity, str(path / "config.json"),
-                    char_tokens="shipped" in spec)
+                    char_tokens="shipped" in spec, n_kv_heads=c["n_kv_heads"],
+                    head_dim=c.get("attn_head_dim") or c["d_model"] // c["n_heads"],
+                    total=checkpoint_parameters(path))
     names = (backbone, *([path.name] if path is not None else []))
+    for pattern, label, family, total, active, layers, kv, hd in KNOWN_MOE_CHECKPOINTS:
+        if any(re.search(pattern, n, re.IGNORECASE) for n in names):
+            return Size(active, layers, BackboneIdentity(family, names, backbone),
+                        f"known checkpoint {label} (no config.json at {path})",
+                        n_kv_heads=kv, head_dim=hd, total=total)
     for pattern, label, family, d, layers, heads, kv, mlp, vocab in KNOWN_CHECKPOINTS:
         if any(re.search(pattern, n, re.IGNORECASE) for n in names):
             n = parameters(d, layers, heads, kv, mlp, vocab, family == "dream")
             return Size(n, layers, BackboneIdentity(family, names, backbone),
-                        f"known checkpoint {label} (no config.json at {path})")
+                        f"known checkpoint {label} (no config.json at {path})",
+                        n_kv_heads=kv, head_dim=d // heads)
     return None
 
 
@@ -272,7 +344,7 @@ def assumptions(campaign, gpu: Gpu, parallel_tokens: float,
     return [
         "parameters: counted on the native model built from the backbone's config.json where its "
         "directory is there, else from the published architecture of a known checkpoint matched "
-        "by name (" + ", ".join(k[1] for k in KNOWN_CHECKPOINTS) + ")",
+        "by name (" + ", ".join(k[1] for k in KNOWN_MOE_CHECKPOINTS + KNOWN_CHECKPOINTS) + ")",
         "FLOPs: 2 x parameters per row a forward computes; a full forward computes every prompt "
         "and response row, a cached one the rows its cache recomputes (attention's N^2 term, "
         "identifiers and launch overheads left out: cached steps run below the assumed "
@@ -312,6 +384,24 @@ def _si(n: float) -> str:
     return f"{n:.0f}"
 
 
+def gpu_lines(campaign) -> list[str]:
+    """GPUs per model job (generate, timing, probes) per backbone, with the memory need they
+    come from (dlmpipe/gpus.py)."""
+    from .gpus import describe, uses_gpus
+
+    r = campaign.config["resources"]["generate"]
+    if not uses_gpus(campaign.config):
+        return [f"GPUs per model job: 0 (device: {campaign.config['device']}; with device: cuda "
+                "each backbone's jobs ask for the GPUs its memory need takes)"]
+    lines = [f"GPUs per model job (generate, timing, probes; {r['gpu_memory_gb']:g} GB per GPU"
+             + (f", at most {r['max_gpus']}" if r["max_gpus"] is not None else "") + "):"]
+    for b in campaign.backbones:
+        g = campaign.gpus(b)
+        need = describe(g.need) if g.need is not None else "size unknown"
+        lines.append(f"  {b:24s} {g.gpus:3d}  {g.source}: {need}")
+    return lines
+
+
 def render(campaign, source: str, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0,
            prompt_override: float | None = None) -> str:
     """The plan as text: jobs per rule, samples per task, GPU-hours per backbone, assumptions."""
@@ -344,6 +434,7 @@ def render(campaign, source: str, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0
                  f"{_h(sum(e.total for e in known)):>8s}")
     if campaign.config.get("device") == "cpu":
         lines.append("  (this campaign decodes on the CPU: the hours are what a GPU would take)")
+    lines += ["", *gpu_lines(campaign)]
     lines += ["", "assumptions:"] + [f"  - {a}" for a in assumptions(
         campaign, gpu, parallel_tokens, prompt_override)]
     missing = [b for b in campaign.backbones if (p := campaign.checkpoint_path(b)) is not None

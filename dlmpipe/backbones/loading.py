@@ -25,6 +25,7 @@ import torch
 from .checkpoint_config import CheckpointError, read_config
 from .model import Backbone, BackboneConfig
 from .prompts import ChatPrompt, chat_ids
+from ..placement import job_gpus, job_placement, parameter_stage
 from .pins import check_sha256
 from .tokenizer import load_tokenizer, resolve_special_ids
 from .weights import checkpoint_key_map, plan_reads, read_tensors, shard_files
@@ -99,9 +100,11 @@ def check_checkpoint(path: str | Path) -> BackboneConfig:
 
 def load_backbone(path: str | Path, dtype: str | torch.dtype = "float32",
                   device: str | torch.device = "cpu", with_tokenizer: bool = True,
-                  sha256: dict[str, str] | None = None) -> LoadedBackbone:
+                  sha256: dict[str, str] | None = None, gpus: int | None = None) -> LoadedBackbone:
     """Load a local checkpoint directory into the native backbone (see the module docstring).
-    ``sha256``: {safetensors file: hash} the weight files must have, checked first."""
+    ``sha256``: {safetensors file: hash} the weight files must have, checked first. ``gpus``
+    (None: the job's, ``placement.job_gpus``): on CUDA with more than one, each tensor is read
+    straight onto the GPU of its layer's stage (dlmpipe/placement.py)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: checkpoint directory does not exist")
@@ -116,9 +119,17 @@ def load_backbone(path: str | Path, dtype: str | torch.dtype = "float32",
     with torch.device("meta"):
         model = Backbone(cfg)
     plan = plan_reads(model, checkpoint_key_map(cfg), shard_files(path), path)
-    state = read_tensors(plan, torch_dtype, device)
+    placement = job_placement(device, job_gpus() if gpus is None else gpus, cfg.n_layers)
+    if placement is None:
+        state = read_tensors(plan, torch_dtype, device)
+    else:  # each stage's tensors read onto its GPU
+        state = {}
+        for stage, dev in enumerate(placement.devices):
+            state.update(read_tensors({n: e for n, e in plan.items()
+                                       if parameter_stage(n, placement) == stage}, torch_dtype, dev))
     if cfg.tie_embeddings:  # one tensor, both names (the checkpoint stores it once)
         state["head.weight"] = state["embed.weight"]
     model.load_state_dict(state, assign=True, strict=True)
     model.eval().requires_grad_(False)
+    model.placement = placement
     return LoadedBackbone(model=model, tokenizer=tokenizer, path=path)

@@ -51,6 +51,7 @@ class Campaign:
     def __init__(self, config: dict, schema_path: str | Path = SCHEMA, check_paths: bool = True,
                  source: str = "config"):
         unknown = unknown_tasks(config)
+        self._gpus: dict = {}  # backbone -> gpus.JobGpus, planned once
         try:
             self.config = check_config(config, schema_path, source)
         except ConfigError as e:
@@ -131,6 +132,10 @@ class Campaign:
         problems += found + _jobs.drift_rank_problems(self, checkpoints, check_paths)
         if not problems:
             problems += self._table_problems(origin)
+        if not problems:  # the GPUs each backbone's model jobs need fit the campaign's keys
+            from ..gpus import plan_problems
+
+            problems += plan_problems(self)
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
 
@@ -270,6 +275,14 @@ class Campaign:
         except KeyError:
             raise ValueError(f"method {name!r} does not run on {backbone}/{task} (its "
                              "backbones:/tasks:)") from None
+
+    def gpus(self, backbone: str):
+        """The GPUs every model job of ``backbone`` asks for, and why (``gpus.JobGpus``)."""
+        from ..gpus import backbone_gpus
+
+        if backbone not in self._gpus:
+            self._gpus[backbone] = backbone_gpus(self, backbone)
+        return self._gpus[backbone]
 
     def differences(self, name: str) -> dict[str, str]:
         """Where the method's jobs decode with other parameters than configured (overrides,

@@ -37,6 +37,8 @@ rule shadow_probe:
     conda:
         "../../envs/generate.yaml"
     shell:
+        # the GPUs it got, for its layers' placement (dlmpipe/placement.py)
+        "DLMPIPE_GPUS={resources.gpu} "
         "python -m dlmpipe generate --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
         " --compile {params.compile} --config-hash {params.config_hash} --out {output.trajectory}"
@@ -101,6 +103,8 @@ rule intervention:
     conda:
         "../../envs/generate.yaml"
     shell:
+        # the GPUs it got, for its layers' placement (dlmpipe/placement.py)
+        "DLMPIPE_GPUS={resources.gpu} "
         "python -m dlmpipe intervene --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
         " --compile {params.compile} --proxies={input.proxies:q}"
@@ -185,6 +189,8 @@ rule drift_profile:
     conda:
         "../../envs/generate.yaml"
     shell:
+        # the GPUs it got, for its layers' placement (dlmpipe/placement.py)
+        "DLMPIPE_GPUS={resources.gpu} "
         "python -m dlmpipe drift-profile --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
         " --compile {params.compile} --proxies {input.proxies} {params.rank}"

@@ -89,30 +89,36 @@ def generate_batch_size(wildcards):
     return 0 if size == "auto" else int(size)
 
 
-def generate_gpus(wildcards=None):
-    gpu = RESOURCES["generate"]["gpu"]
-    return (1 if config["device"] == "cuda" else 0) if gpu is None else gpu
+def generate_gpus(wildcards):
+    """GPUs of a job that runs the model on this backbone: planned from its memory need
+    (dlmpipe/gpus.py; resources.generate.gpu fixes it, max_gpus caps it), 0 on the CPU."""
+    return CAMPAIGN.gpus(wildcards.backbone).gpus
 
 
 def generate_threads(wildcards=None):
     """On the CPU a generate job takes every core: jobs run one at a time and their timings
     stay comparable. On a GPU one thread drives the device."""
+    from dlmpipe.gpus import uses_gpus
+
     threads = RESOURCES["generate"]["threads"]
     if threads is not None:
         return threads
-    return 1 if generate_gpus() > 0 else workflow.cores
+    return 1 if uses_gpus(config) else workflow.cores
 
 
 def model_job_resources():
     """Resources of every job that runs the model (generate, time_methods, the analyses' probe
-    jobs; profiles/slurm sends these rules to the GPU partition)."""
+    jobs; profiles/slurm sends these rules to the GPU partition, and the executor turns `gpu`
+    into sbatch's --gpus; the job places its layers across the GPUs it got)."""
+    from dlmpipe.gpus import uses_gpus
+
     return dict(
-        gpu=generate_gpus(),
+        gpu=generate_gpus,
         mem_mb=RESOURCES["generate"]["mem_mb"],
         # a retry (--retries) resumes from the journal, with more time in case time ran out
         runtime=lambda w, attempt: RESOURCES["generate"]["runtime"] * attempt,
         **({"gpu_model": RESOURCES["generate"]["gpu_model"]}
-           if RESOURCES["generate"]["gpu_model"] and generate_gpus() else {}),
+           if RESOURCES["generate"]["gpu_model"] and uses_gpus(config) else {}),
     )
 
 

@@ -27,6 +27,8 @@ rule generate:
     conda:
         "../../envs/generate.yaml"
     shell:
+        # the GPUs it got, for its layers' placement (dlmpipe/placement.py)
+        "DLMPIPE_GPUS={resources.gpu} "
         "python -m dlmpipe generate --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
         " --compile {params.compile} --batch-size {resources.batch_size}"

@@ -31,6 +31,8 @@ rule time_method:
     conda:
         "../../envs/generate.yaml"
     shell:
+        # the GPUs it got, for its layers' placement (dlmpipe/placement.py)
+        "DLMPIPE_GPUS={resources.gpu} "
         "python -m dlmpipe time-method --manifest {input.manifest} --task-file {input.task}"
         " --method {params.method:q} --reference={params.reference:q} --seed {params.seed}"
         " --device {params.device} --compile {params.compile}"
