@@ -76,6 +76,22 @@ KNOWN_CHECKPOINTS = (
     (r"diffucoder", "DiffuCoder-7B (Qwen2.5-Coder-7B)", "dream", 3584, 28, 28, 4, 18944, 152064),
     (r"dream", "Dream-v0-7B (Qwen2.5-7B)", "dream", 3584, 28, 28, 4, 18944, 152064),
 )
+#: block-diffusion checkpoints (docs/MODELS.md; matched before KNOWN_CHECKPOINTS): (pattern,
+#: label, family, d_model, layers, heads, kv heads, head width, mlp, vocabulary, q/k/v biases,
+#: per-head q/k norms, head tied to the embedding), from the releases' config.json (SDAR: Qwen3's
+#: widths, untied at 4B and 8B; Fast-dLLM v2: Qwen2.5-1.5B/7B-Instruct's)
+KNOWN_BLOCK_CHECKPOINTS = (
+    (r"sdar[-_]?1\.7b", "SDAR-1.7B-Chat (Qwen3-1.7B)", "sdar", 2048, 28, 16, 8, 128, 6144, 151936,
+     False, True, True),
+    (r"sdar[-_]?4b", "SDAR-4B-Chat (Qwen3-4B)", "sdar", 2560, 36, 32, 8, 128, 9728, 151936,
+     False, True, False),
+    (r"sdar[-_]?8b", "SDAR-8B-Chat (Qwen3-8B)", "sdar", 4096, 36, 32, 8, 128, 12288, 151936,
+     False, True, False),
+    (r"fast[-_]?dllm[-_]?v2[-_]?1\.5b", "Fast_dLLM_v2_1.5B (Qwen2.5-1.5B-Instruct)", "fast_dllm_v2",
+     1536, 28, 12, 2, 128, 8960, 151936, True, False, True),
+    (r"fast[-_]?dllm[-_]?v2[-_]?7b", "Fast_dLLM_v2_7B (Qwen2.5-7B-Instruct)", "fast_dllm_v2",
+     3584, 28, 28, 4, 128, 18944, 152064, True, False, False),
+)
 #: mixture-of-experts checkpoints (matched first), whose weights are not the dense formula's:
 #: (pattern, label, family, total parameters (every expert: the weights held in memory, for
 #: dlmpipe/gpus.py), active parameters per token (the FLOPs), layers, kv heads, head width), from
@@ -202,6 +218,12 @@ def backbone_size(campaign, backbone: str) -> Size | None:
             return Size(active, layers, BackboneIdentity(family, names, backbone),
                         f"known checkpoint {label} (no config.json at {path})",
                         n_kv_heads=kv, head_dim=hd, total=total)
+    for pattern, label, family, d, layers, heads, kv, hd, mlp, vocab, bias, qk, tied in KNOWN_BLOCK_CHECKPOINTS:
+        if any(re.search(pattern, n, re.IGNORECASE) for n in names):
+            n = parameters(d, layers, heads, kv, mlp, vocab, bias, hd, qk, tied)
+            return Size(n, layers, BackboneIdentity(family, names, backbone),
+                        f"known checkpoint {label} (no config.json at {path})",
+                        n_kv_heads=kv, head_dim=hd)
     for pattern, label, family, d, layers, heads, kv, mlp, vocab in KNOWN_CHECKPOINTS:
         if any(re.search(pattern, n, re.IGNORECASE) for n in names):
             n = parameters(d, layers, heads, kv, mlp, vocab, family == "dream")
@@ -344,7 +366,8 @@ def assumptions(campaign, gpu: Gpu, parallel_tokens: float,
     return [
         "parameters: counted on the native model built from the backbone's config.json where its "
         "directory is there, else from the published architecture of a known checkpoint matched "
-        "by name (" + ", ".join(k[1] for k in KNOWN_MOE_CHECKPOINTS + KNOWN_CHECKPOINTS) + ")",
+        "by name (" + ", ".join(k[1] for k in KNOWN_MOE_CHECKPOINTS + KNOWN_BLOCK_CHECKPOINTS
+                                + KNOWN_CHECKPOINTS) + ")",
         "FLOPs: 2 x parameters per row a forward computes; a full forward computes every prompt "
         "and response row, a cached one the rows its cache recomputes (attention's N^2 term, "
         "identifiers and launch overheads left out: cached steps run below the assumed "

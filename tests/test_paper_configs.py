@@ -15,20 +15,25 @@ from dlmpipe.analysis.table_spec import reported_cells, table_rows, tolerance_fo
 from dlmpipe.analysis.tables import write_tables
 from dlmpipe.campaign import Campaign
 
-from .checkpoints import make_tiny_checkpoint
+from .checkpoints import BLOCK_FAMILIES, block_checkpoint, make_tiny_checkpoint
 from .models import decode_method, random_prompt, tiny_backbone
 from .workflow import REPO, expected_counts, job_blocks, job_counts, scheduled
 
 # backbone name in the configs -> (family, the checkpoint's directory name, as downloaded)
 CHECKPOINTS = {"llada-8b-instruct": ("llada", "LLaDA-8B-Instruct"),
                "dream-v0-instruct-7b": ("dream", "Dream-v0-Instruct-7B"),
-               "diffucoder-7b-cpgrpo": ("diffucoder", "DiffuCoder-7B-cpGRPO")}
+               "diffucoder-7b-cpgrpo": ("diffucoder", "DiffuCoder-7B-cpGRPO"),
+               "sdar-8b-chat": ("sdar", "SDAR-8B-Chat"),
+               "fast-dllm-v2-7b": ("fast_dllm_v2", "Fast_dLLM_v2_7B")}
 
 
 # The campaign checks each SPA-Cache rank against the checkpoint's value projection (rank
 # min(n_kv_heads * head_dim, d_model): 4096 on LLaDA-8B, 512 on Dream-7B); the stand-ins are as
-# wide as the configs' ranks reach (Table 5's 512 on LLaDA, 128 on Dream: 2 kv heads of 64)
-WIDTHS = {"llada": {"d_model": 512}, "dream": {"d_model": 256}, "diffucoder": {}}
+# wide as the configs' ranks reach (Table 5's 512 on LLaDA, 128 on Dream: 2 kv heads of 64; the
+# block-diffusion ones 128 too: SDAR's 2 kv heads of 128, Fast-dLLM v2's of 64), with the real
+# checkpoints' blocks (SDAR 4, Fast-dLLM v2 32)
+WIDTHS = {"llada": {"d_model": 512}, "dream": {"d_model": 256}, "diffucoder": {},
+          "sdar": {"d_model": 256, "block_size": 4}, "fast_dllm_v2": {"d_model": 256, "block_size": 32}}
 
 
 @pytest.fixture(autouse=True)
@@ -45,8 +50,8 @@ def paper_campaign(name: str, tmp_path, write_config):
     config = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
     for backbone, spec in config["backbones"].items():
         family, directory = CHECKPOINTS[backbone]
-        spec["path"] = str(make_tiny_checkpoint(tmp_path / "models" / directory, family,
-                                                **WIDTHS[family]))
+        make = block_checkpoint if family in BLOCK_FAMILIES else make_tiny_checkpoint
+        spec["path"] = str(make(tmp_path / "models" / directory, family, **WIDTHS[family]))
     path = write_config(config, tmp_path / f"{name}.yaml")
     return Campaign(copy.deepcopy(config)), path
 
@@ -241,7 +246,9 @@ def test_archer_table1_reproduction_cells_by_hand(tmp_path, write_config):
 
 def test_frontier_campaign_plans_every_new_method_on_both_families(tmp_path, snakemake, write_config):
     """configs/frontier.yaml: every registered sampler and cache decodes in it, the new methods on
-    LLaDA and Dream, the unpublished pairings on LLaDA, with their released settings."""
+    LLaDA and Dream, the unpublished pairings on LLaDA, with their released settings; the
+    block-diffusion models (SDAR, Fast-dLLM v2) with their releases' loops and every other method
+    that applies to them (issue 32)."""
     from dlmpipe import registry
 
     campaign, path = paper_campaign("frontier", tmp_path, write_config)
@@ -269,3 +276,79 @@ def test_frontier_campaign_plans_every_new_method_on_both_families(tmp_path, sna
         **planned[(llada, "gsm8k", "archer-k8")]["cache"]}
     assert planned[(dream, "gsm8k", "spa")]["cache"]["profile"] == "dream-7b"
     assert planned[(llada, "gsm8k", "certainty-prior-spa")]["cache"]["profile"] == "llada-8b-instruct"
+    # the block-diffusion backbones (issue 32): their releases' loops on their own model, with the
+    # releases' evaluation settings; every method without backbones: on them too, SPA-Cache with
+    # the uniform budget (no published profile), the adaptive one on LLaDA and Dream only
+    sdar, v2 = "sdar-8b-chat", "fast-dllm-v2-7b"
+    assert {n for n, e in registry.SAMPLERS.items() if e.needs_block_causal} <= {s for s, _ in used}
+    assert {"fast_dllm_v2", "fast_dllm_dual", "spa", "d2cache", "archer"} <= {c for _, c in used}
+    where = {}
+    for b, t, n in planned:
+        where.setdefault(n, set()).add((b, t))
+    on = {b: {(b, t) for t in campaign.tasks} for b in campaign.backbones}
+    assert where["sdar"] == where["sdar-static"] == on[sdar]
+    assert where["fast-dllm-v2"] == where["fast-dllm-v2-cache"] == on[v2]
+    assert where["spa"] == on[llada] | on[dream] and where["spa-uniform"] == on[sdar] | on[v2]
+    for name in ("llada-confidence", "saber", "archer-k8", "fast-dllm-parallel", "dkv-decode",
+                 "dllm-cache", "d2cache", "certainty-prior", "pc-sampler", "wino", "eb-sampler",
+                 "klass", "llada-margin"):
+        assert where[name] >= on[sdar] | on[v2], name
+    for t in campaign.tasks:
+        for b, name in ((sdar, "sdar"), (sdar, "sdar-static"), (v2, "fast-dllm-v2"),
+                        (v2, "fast-dllm-v2-cache"), (sdar, "spa-uniform"), (v2, "spa-uniform")):
+            assert planned[(b, t, name)]["gen_length"] == 256, (b, t, name)
+        for name, threshold in (("sdar", 0.95), ("sdar-static", 1.0)):
+            sampler = planned[(sdar, t, name)]["sampler"]
+            assert (sampler["remasking"], sampler["steps"], sampler["confidence_threshold"],
+                    sampler["temperature"]) == ("low_confidence_dynamic", 4, threshold, 0)
+        for name, cache in (("fast-dllm-v2", "none"), ("fast-dllm-v2-cache", "fast_dllm_v2")):
+            method = planned[(v2, t, name)]
+            assert (method["sampler"]["threshold"], method["sampler"]["sub_block_length"],
+                    method["sampler"]["temperature"], method["cache"]["name"]) == (0.9, 8, 0, cache)
+        uniform = planned[(sdar, t, "spa-uniform")]["cache"]
+        assert (uniform["budget"], uniform["rho"], uniform["rank"]) == ("uniform", 0.25, 128)
+    assert set(campaign.config["tables"]) >= {"frontier-sdar", "frontier-fast-dllm-v2"}
+
+
+def test_the_plan_knows_the_block_diffusion_checkpoints_without_them(tmp_path):
+    """`python -m dlmpipe plan configs/frontier.yaml` before any download: SDAR-1.7B/4B/8B-Chat
+    and Fast_dLLM_v2_1.5B/7B are sized from their releases' config.json widths (matched by the
+    backbone's or directory's name), as the native model counts them, in their families."""
+    import types
+    from pathlib import Path
+
+    import torch
+
+    from dlmpipe import plan
+    from dlmpipe.backbones.model import Backbone, BackboneConfig
+
+    def size(name, directory):
+        stub = types.SimpleNamespace(config={"backbones": {name: {"path": f"/nowhere/{directory}"}}},
+                                     checkpoint_path=lambda b: Path(f"/nowhere/{directory}"))
+        return plan.backbone_size(stub, name)
+
+    # the parameters Qwen3's and Qwen2.5's model cards give (untied SDAR-4B: Qwen3-4B's 4.0B
+    # plus a head of 151936 x 2560), by the backbone's name or the directory's
+    for name, directory, family, low, high in (
+            ("sdar-1.7b", "SDAR-1.7B-Chat", "sdar", 1.70e9, 1.73e9),
+            ("sdar-4b", "SDAR-4B-Chat", "sdar", 4.40e9, 4.42e9),
+            ("b", "SDAR-8B-Chat", "sdar", 8.18e9, 8.20e9),
+            ("fast-dllm-v2-1.5b", "model", "fast_dllm_v2", 1.54e9, 1.55e9),
+            ("b", "Fast_dLLM_v2_7B", "fast_dllm_v2", 7.61e9, 7.62e9)):
+        s = size(name, directory)
+        assert low < s.parameters < high and s.identity.family == family, (name, directory, s)
+        assert "known checkpoint" in s.source and s.n_layers in (28, 36)
+    # the formula's arguments are the native model's (SDAR-8B's layout at a tenth of its layers)
+    cfg = BackboneConfig("sdar", 4096, 4, 32, 8, 12288, 151936, 1e6, 1e-6, False, 0,
+                         attn_head_dim=128, qk_norm=True, block_size=4)
+    with torch.device("meta"):
+        model = Backbone(cfg)
+    assert plan.parameters(4096, 4, 32, 8, 12288, 151936, False, 128, True, False) == sum(
+        p.numel() for p in model.parameters())
+    from dlmpipe.campaign import load_campaign
+
+    campaign = load_campaign([REPO / "configs" / "frontier.yaml"], check_paths=False)
+    sizes = {b: plan.backbone_size(campaign, b) for b in campaign.backbones}
+    assert 8.18e9 < sizes["sdar-8b-chat"].parameters < 8.20e9
+    assert 7.61e9 < sizes["fast-dllm-v2-7b"].parameters < 7.62e9
+    assert sizes["fast-dllm-v2-7b"].identity.family == "fast_dllm_v2"
