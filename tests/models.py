@@ -8,6 +8,7 @@ On-disk checkpoints of the real formats live in tests/checkpoints.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -24,8 +25,20 @@ FAMILIES = ["llada", "dream"]
 #: block-causal families (docs/MODELS.md): SDAR (Qwen3: q/k norms, unshifted) and Fast-dLLM v2
 #: (Qwen2.5: biases, shifted), decoded one active block at a time (dlmpipe/blockwise.py)
 BLOCK_FAMILIES = ["sdar", "fast_dllm_v2"]
-#: the tiny block-causal models' block sizes (the releases': SDAR 4, Fast-dLLM v2 32)
-TINY_BLOCK = {"sdar": 4, "fast_dllm_v2": 8}
+#: the tiny block-causal models' block sizes (the releases': SDAR 4, Fast-dLLM v2 32, LLaDA2.0 32)
+TINY_BLOCK = {"sdar": 4, "fast_dllm_v2": 8, "llada2": 8}
+#: mixture-of-experts families (docs/MODELS.md; dlmpipe/backbones/moe.py): LLaDA-MoE
+#: (bidirectional, softmax + expert bias, a shared expert), LLaDA2.0 (block-causal, sigmoid
+#: grouped routing, scaled weights, a dense first layer, partial RoPE)
+MOE_FAMILIES = ["llada_moe", "llada2"]
+#: the tiny MoE models' routing: 8 experts, top-2, experts 32 wide, one shared expert
+TINY_MOE = {
+    "llada_moe": dict(n_experts=8, experts_per_token=2, expert_hidden=32, shared_expert_hidden=32,
+                      router="softmax_biased", router_bias=True, qk_norm=True),
+    "llada2": dict(n_experts=8, experts_per_token=2, expert_hidden=32, shared_expert_hidden=32,
+                   router="sigmoid_grouped", router_bias=True, n_group=4, topk_group=2,
+                   routed_scaling=2.5, dense_layers=[0], qk_norm=True),
+}
 
 
 def tiny_backbone(family: str = "llada", seed: int = 0, n_layers: int = 3, d_model: int = 64,
@@ -40,6 +53,9 @@ def tiny_backbone(family: str = "llada", seed: int = 0, n_layers: int = 3, d_mod
                          mask_id=MASK_ID, stop_ids=[STOP_ID] if stop_ids is None else stop_ids,
                          pad_id=STOP_ID if stop_ids is None else None, logit_shift=shifted,
                          qk_norm=family == "sdar", block_size=TINY_BLOCK.get(family))
+    if family in TINY_MOE:
+        cfg = dataclasses.replace(cfg, **TINY_MOE[family],
+                                  rope_dim=cfg.head_dim // 2 if family == "llada2" else None)
     g = torch.Generator().manual_seed(seed)
     model = Backbone(cfg)
     with torch.no_grad():
