@@ -116,6 +116,10 @@ def backbone_gpus(campaign, backbone: str) -> JobGpus:
                                "raise it, set it to null (planned from memory), or raise "
                                "resources.generate.gpu_memory_gb if the GPUs are larger")
         return JobGpus(r["gpu"], need, "resources.generate.gpu")
+    if planned > 1 and campaign.config.get("compile", "none") != "none":
+        raise GpuPlanError(f"compile: {campaign.config['compile']} captures or compiles one "
+                           f"device's step, but {where} (its layers placed across them); use "
+                           "compile: none, or GPUs it fits on (resources.generate.gpu_memory_gb)")
     if r["max_gpus"] is not None and planned > r["max_gpus"]:
         raise GpuPlanError(f"resources.generate.max_gpus: at most {r['max_gpus']} GPU(s) per job, "
                            f"but {where}; raise the cap, lower the batch size or use larger GPUs "

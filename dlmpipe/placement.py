@@ -51,7 +51,7 @@ class Placement:
 
     def to(self, x: Tensor, stage: int) -> Tensor:
         """``x`` on ``stage``'s device (itself when it is there)."""
-        return x.to(self.devices[stage], non_blocking=True)
+        return x.to(self.devices[stage])
 
     def empty(self, stage: int, shape, dtype: torch.dtype) -> Tensor:
         """An uninitialised tensor on ``stage``'s device (a layer's K/V buffer)."""

@@ -103,6 +103,15 @@ def test_a_cap_or_fixed_count_below_the_need_is_refused_naming_the_key(config, k
         Campaign(c)
 
 
+def test_compiled_steps_on_several_gpus_are_refused(config):
+    c = copy.deepcopy(config)
+    c["compile"] = "cuda_graphs"
+    with pytest.raises(ConfigError, match=r"compile: cuda_graphs .*llada2-flash needs 3 GPU"):
+        Campaign(c)
+    del c["backbones"]["llada2-flash"]
+    assert Campaign(c).gpus("llada2-mini").gpus == 1  # one GPU: compiled steps as before
+
+
 def test_larger_gpus_need_fewer(config):
     c = copy.deepcopy(config)
     c["resources"]["generate"]["gpu_memory_gb"] = 141

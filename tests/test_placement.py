@@ -2,7 +2,8 @@
 
 Three CPU "devices": the placement is built over three stages that are all the CPU, and a
 ``StageCheck`` torch-function mode gives every tensor the stage it lives on (parameters their
-stage's, a move the stage it moves to, an op's result its inputs' stage) and fails any op whose
+stage's, a move the stage it moves to, an op's result its inputs' stage, a new tensor the stage
+its device argument names: ``x.device`` reads as ``cpu:<x's stage>``) and fails any op whose
 tensors sit on different stages: exactly what a CUDA op on tensors of two GPUs does. Under it the
 placed model decodes the same tokens as one device, token for token, for several sampler/cache
 pairings; each layer's K/V buffer lives on its layer's stage; the hidden rows cross each stage
@@ -71,20 +72,30 @@ class RecordingPlacement(Placement):
             return self.tag(torch.empty(shape, dtype=dtype), stage)
 
 
-CREATION = {torch.arange, torch.zeros, torch.ones, torch.full, torch.empty, torch.tensor,
-            torch.as_tensor, torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like,
-            torch.rand, torch.randn, torch.randint}
-
-
 class StageCheck(TorchFunctionMode):
-    """Fails an op over tensors of two stages; gives its results their stage."""
+    """Fails an op over tensors of two stages; gives its results their stage. A tensor's
+    ``device`` reads as ``cpu:<its stage>``, so a tensor made on "the device of x" (``device=``,
+    ``.to``) is made on x's stage, and one made on the model's device (the embedding's) on the
+    first, as on GPUs."""
 
     def __init__(self, placement: RecordingPlacement):
         super().__init__()
         self.p = placement
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        kwargs = dict(kwargs or {})
+        if getattr(func, "__self__", None) is torch.Tensor.device:  # reading x.device
+            stage = self.p.tags.get(args[0])
+            return func(*args) if stage is None else torch.device("cpu", stage)
+        named = None  # a stage named by a device argument
+        if isinstance(kwargs.get("device"), torch.device) and kwargs["device"].index is not None:
+            named, kwargs["device"] = kwargs["device"].index, torch.device("cpu")
+        is_to = getattr(func, "__name__", "") == "to"
+        if is_to and len(args) > 1 and isinstance(args[1], torch.device) and args[1].index is not None:
+            named, args = args[1].index, (args[0], torch.device("cpu"), *args[2:])
+        if is_to and named is not None:  # a move the code makes itself: an alias on that stage
+            with torch._C.DisableTorchFunction():
+                return self.p.tag(args[0].view_as(args[0]), named)
         seen = set()
 
         def visit(a):
@@ -101,14 +112,12 @@ class StageCheck(TorchFunctionMode):
         if len(seen) > 1:
             raise AssertionError(f"{getattr(func, '__name__', func)} over tensors of stages {sorted(seen)}")
         out = func(*args, **kwargs)
-        # a tensor made from no tensor (arange, zeros, full, tensor) is made on a device the
-        # caller names: the model's or the sampler's, which is the first one (a layer's own
-        # tensors come from placement.empty or from its inputs)
-        stage = seen.pop() if seen else (0 if func in CREATION else None)
-        if stage is not None:
-            for r in (out if isinstance(out, (list, tuple)) else (out,)):
-                if isinstance(r, torch.Tensor) and r not in self.p.tags:
-                    self.p.tag(r, stage)
+        # a tensor made from no tensor (arange, zeros, full) is made where its device argument
+        # says, else on the first device (the model's and the sampler's)
+        stage = seen.pop() if seen else (named if named is not None else 0)
+        for r in (out if isinstance(out, (list, tuple)) else (out,)):
+            if isinstance(r, torch.Tensor) and r not in self.p.tags:
+                self.p.tag(r, stage)
         return out
 
 
@@ -198,6 +207,28 @@ def test_placed_batched_decode_equals_one_device(cache):
     with StageCheck(p):
         got = decode_all(placed, sampler, cache, 3)
     assert all(torch.equal(got[i].response, want[i].response) for i in want)
+
+
+@pytest.mark.parametrize("family,cache", [("llada_moe", {"name": "none"}),
+                                          ("llada_moe", {"name": "dllm_cache"}),
+                                          ("llada2", {"name": "none"})])
+def test_placed_moe_decode_equals_one_device(tmp_path, family, cache):
+    """The mixture-of-experts layers (backbones/moe.py: router, routed and shared experts) run
+    on their layer's device too; the tiny checkpoints are in the releases' formats."""
+    from dlmpipe.backbones.loading import load_backbone
+
+    from .checkpoints import moe_checkpoint
+
+    model = load_backbone(moe_checkpoint(tmp_path / family, family, n_layers=LAYERS),
+                          with_tokenizer=False).model
+    sampler = {"name": "llada_confidence", "steps": 16, "block_length": 8}
+    prompt = torch.randint(0, 100, (7,), generator=torch.Generator().manual_seed(0))
+    want = decode_method(model, sampler, cache, prompt, gen_len=16)
+    placed, p = placed_copy(model)
+    with StageCheck(p):
+        got = decode_method(placed, sampler, cache, prompt, gen_len=16)
+    assert got.response.tolist() == want.response.tolist()
+    assert {(0, 1), (1, 2)} <= {(a, b) for a, b, _ in p.moves}
 
 
 def test_each_layers_kv_lives_on_its_layers_stage():
