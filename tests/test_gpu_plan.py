@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 
 import pytest
 
@@ -144,7 +145,7 @@ def test_plan_prints_gpus_per_job_per_backbone_without_checkpoints(tmp_path, wri
 
 def test_slurm_dry_run_asks_for_the_gpus_each_backbone_needs(config, tmp_path, write_config):
     path = write_config(config, tmp_path / "moe.yaml")
-    proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), configfile=path)
+    proc = run_snakemake(tmp_path, "-n", "-p", "--profile", str(PROFILE), configfile=path)
     jobs = job_resources(proc.stdout)
     want = {"llada2-flash": "3", "llada2-mini": "1", "small": "1"}
     seen = {}
@@ -156,3 +157,6 @@ def test_slurm_dry_run_asks_for_the_gpus_each_backbone_needs(config, tmp_path, w
         seen[(rule, backbone)] = res["gpu"]
         assert slurm_gpu_flags(res) == f"--gpus={want[backbone]}", (rule, backbone)
     assert seen == {(r, b): g for r in ("generate", "time_method") for b, g in want.items()}
+    # each job is told the GPUs it got, to place its layers across them
+    for b, g in want.items():
+        assert re.search(rf"DLMPIPE_GPUS={g} python -m dlmpipe generate .*/{b}/", proc.stdout), b

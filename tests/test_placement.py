@@ -237,3 +237,44 @@ def test_each_layers_kv_lives_on_its_layers_stage():
     kv = KVBuffer.for_model(placed, 10)
     assert [p.stage_of(k) for k in kv.keys] == p.layer_stage == [p.stage_of(v) for v in kv.values]
     assert p.layer_stage == [0, 0, 1, 1, 2]
+
+
+def test_a_job_reads_each_stage_onto_its_device(tmp_path, monkeypatch):
+    """load_backbone with the job's GPUs (DLMPIPE_GPUS, set by the rule) builds the placement and
+    reads every tensor onto its stage's device (here: the recording CPU stages)."""
+    from dlmpipe import placement
+    from dlmpipe.backbones import loading
+
+    from .checkpoints import make_tiny_checkpoint
+
+    path = make_tiny_checkpoint(tmp_path / "m", "dream", n_layers=LAYERS)
+    made = []
+
+    def recording(device, gpus, n_layers):
+        made.append(RecordingPlacement(n_layers, gpus))
+        return made[-1]
+
+    monkeypatch.setattr(loading, "job_placement", recording)
+    monkeypatch.setenv(placement.GPUS_ENV, "3")
+    reads = []
+    real_read = loading.read_tensors
+    monkeypatch.setattr(loading, "read_tensors", lambda plan, dtype, dev: reads.append(sorted(plan))
+                        or real_read(plan, dtype, dev))
+    model = loading.load_backbone(path, with_tokenizer=False).model
+    p = made[0]
+    assert model.placement is p and len(p.devices) == 3
+    stage_of = {n: placement.parameter_stage(n, p) for n, _ in model.named_parameters()}
+    assert reads == [sorted(n for n, s in stage_of.items() if s == k) for k in range(3)]
+    assert stage_of["embed.weight"] == 0 and stage_of["head.weight"] == 2
+    assert [stage_of[f"blocks.{i}.ff_up.weight"] for i in range(LAYERS)] == [0, 0, 1, 1, 2]
+    monkeypatch.setattr(loading, "job_placement", placement.job_placement)
+    one = loading.load_backbone(path, with_tokenizer=False).model
+    assert one.placement is None  # on the CPU (or one GPU) nothing is placed
+    assert placement.job_placement(torch.device("cuda"), 1, LAYERS) is None
+    prompt = random_prompt(7, 1)
+    for n, t in model.named_parameters():
+        p.tag(t, stage_of[n])
+    sampler, cache = {"name": "llada_confidence", "steps": 8, "block_length": 8}, {"name": "archer"}
+    with StageCheck(p):
+        got = decode_method(model, sampler, cache, prompt, gen_len=16)
+    assert got.response.tolist() == decode_method(one, sampler, cache, prompt, gen_len=16).response.tolist()
