@@ -16,7 +16,11 @@ from .models import FAMILIES, decode_method, random_prompt, tiny_backbone
 
 BASE_SAMPLERS = {"llada_confidence", "saber", "threshold", "factor", "random_order", "dream",
                  # the releases' own block loops, checked against them (tests/test_block_releases.py)
-                 "sdar", "fast_dllm_v2"}
+                 "sdar", "fast_dllm_v2",
+                 # dInfer's credit decoding: at credit_alpha 0 it is dInfer's own threshold rule
+                 # (float32, every candidate within 1e-5 of the best), which no other sampler is;
+                 # both checked against the release's rule (tests/test_dinfer.py)
+                 "dinfer_credit"}
 
 
 def row(sampler: dict, reference: dict, cache: dict | None = None) -> tuple[dict, dict, dict]:
@@ -72,6 +76,16 @@ GENERALISES: dict[str, tuple[dict, dict, dict]] = {
     "klass-conf1-k2-t0.7/llada_confidence": row(
         {"name": "klass", "conf_threshold": 1.0, "block_length": 8, "steps": 8, "temperature": 0.7},
         {"name": "llada_confidence", "block_length": 8, "steps": 8, "temperature": 0.7}),
+    # dInfer's hierarchical decoding with both thresholds at 1: no run's best passes
+    # low_threshold and no position passes threshold, so a step takes the block's most confident
+    # candidate only: the threshold sampler at tau 1, with its draws (§1.13)
+    "dinfer_hierarchy-thresholds1/threshold-tau1": row(
+        {"name": "dinfer_hierarchy", "threshold": 1.0, "low_threshold": 1.0, "block_length": 8},
+        {"name": "threshold", "tau": 1.0, "block_length": 8}),
+    "dinfer_hierarchy-thresholds1-t0.7/threshold-tau1-t0.7": row(
+        {"name": "dinfer_hierarchy", "threshold": 1.0, "low_threshold": 1.0, "block_length": 8,
+         "temperature": 0.7},
+        {"name": "threshold", "tau": 1.0, "block_length": 8, "temperature": 0.7}),
 }
 
 

@@ -207,7 +207,9 @@ CACHED = {"archer": {"name": "archer", "K": "inf"},
           "spa": {"name": "spa", "rank": 8, "budget": "uniform", "rho": 0.25},
           "dllm_cache": {"name": "dllm_cache", "rho": 0.25},
           "d2cache": {"name": "d2cache", "current_k": 4},
-          "fast_dllm_v2": {"name": "fast_dllm_v2"}}
+          "fast_dllm_v2": {"name": "fast_dllm_v2"},
+          "dinfer_vicinity": {"name": "dinfer_vicinity", "warmup_steps": 0, "prefix_look": 2,
+                              "after_look": 2}}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
