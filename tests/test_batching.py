@@ -19,7 +19,8 @@ from dlmpipe.batching import BatchScheduler, Sample, SlotModel, decode_batched, 
 from dlmpipe.decode import Observer, decode
 from dlmpipe.methods import build_method
 
-from .models import BLOCK_FAMILIES, FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbone
+from .models import (BLOCK_FAMILIES, FAMILIES, MASK_ID, MOE_FAMILIES, decode_method, random_prompt,
+                     tiny_backbone)
 from .test_exactness import BLOCK_ROWS, DEGENERATE, _needs_blocks
 
 GEN = 16
@@ -367,3 +368,23 @@ def test_stacked_attention_equals_each_call_alone_at_2_threads(checkpoint_models
             stacked = model.attend(q, k, v)
             for i in range(4):
                 assert torch.equal(model.attend(q[i:i + 1], k[i:i + 1], v[i:i + 1]), stacked[i:i + 1]), (tq, tk, i)
+
+
+#: the MoE rows (issue 33): full recompute and the caches whose FFN reuse the registry states for
+#: an MoE FFN (docs/METHODS.md, "MoE backbones")
+MOE_PAIRINGS = [("llada_confidence", "none"), ("llada_confidence", "spa"), ("threshold", "dllm_cache"),
+                ("llada_confidence", "d2cache")]
+
+
+@pytest.mark.parametrize("family", MOE_FAMILIES)
+@pytest.mark.parametrize("sampler, cache", MOE_PAIRINGS)
+def test_moe_backbones_are_batch_invariant(family, sampler, cache):
+    """LLaDA-MoE- and LLaDA2.0-shaped models: decoded at B = 5 (rows of several samples routed
+    to the experts in one call, each expert receiving a count that depends on the batch), every
+    sample gets the tokens and statistics it gets alone (moe.py's row invariance)."""
+    model = tiny_backbone(family, seed=3)
+    att = "block_causal" if model.cfg.block_size else "full"
+    pairs = [(s, {**c, **({"profile": "llada-8b-instruct"} if c["name"] == "spa" else {})})
+             for s, c in allowed_pairings(att) if (s["name"], c["name"]) == (sampler, cache)]
+    assert len(pairs) == 1, (sampler, cache, att)
+    check_invariant(model, *pairs[0], sizes=(5,))

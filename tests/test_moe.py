@@ -305,6 +305,8 @@ def test_only_active_experts_are_called_on_their_rows(ckpts, family):
     assert [rows_to[e] for e in range(cfg.n_experts)] == chosen
     assert all(calls_to[e] == (1 if chosen[e] else 0) for e in calls_to)
     assert sum(rows_to.values()) == 5 * cfg.experts_per_token and 0 in chosen  # 5 rows x 2 of 8 experts
+    with torch.no_grad():  # no rows (a batch slot with nothing to recompute): no expert call
+        assert moe(x[:0]).shape == (0, cfg.d_model) and moe.calls is None
 
 
 @pytest.mark.parametrize("family", MOE)

@@ -92,13 +92,13 @@ class MoEFFN(nn.Module):
         scores = sigmoid(logits)
         ranked = scores + bias if bias is not None else scores
         t, g = ranked.shape[0], cfg.n_group
-        grouped = ranked.view(t, g, -1)  # a group's score: the sum of its best two (topk(2) as
+        grouped = ranked.view(t, g, cfg.n_experts // g)  # a group's score: the sum of its best two (topk(2) as
         best, at = grouped.max(dim=-1, keepdim=True)  # released: the best, then the best of the
         second = grouped.scatter(-1, at, float("-inf")).amax(dim=-1)  # rest; ties alike)
         group_scores = best.squeeze(-1) + second
         group_idx = torch.topk(group_scores, k=cfg.topk_group, dim=-1, sorted=False)[1]
         group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1).bool()
-        keep = group_mask.unsqueeze(-1).expand(t, g, cfg.n_experts // g).reshape(t, -1)
+        keep = group_mask.unsqueeze(-1).expand(t, g, cfg.n_experts // g).reshape(t, cfg.n_experts)
         idx = torch.topk(ranked.masked_fill(~keep, float("-inf")), k=k, dim=-1)[1]
         w = torch.gather(scores, 1, idx)
         if k > 1:
@@ -110,6 +110,8 @@ class MoEFFN(nn.Module):
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         t, k = x2.shape[0], self.cfg.experts_per_token
+        if t == 0:
+            return torch.zeros_like(x)
         idx, w = self.route(x2)
         flat = idx.reshape(-1)  # slot j of row r at r * k + j
         order = torch.argsort(flat, stable=True)  # slots grouped by expert, rows ascending
