@@ -1,6 +1,8 @@
 """Archer's cached path against full recompute (ARCHITECTURE.md, testing shape): a fresh cached
 forward is exact, stale prompt K/V until a refresh, K = inf and the age controller, and the
-trained toy backbone. Archer K = 1 equal to full recompute is a row of tests/test_exactness.py."""
+trained toy backbone; also on an LLaDA-MoE-shaped model (its routed FFN is row-local, so the
+cached prompt rows are exact while fresh). Archer K = 1 equal to full recompute is a row of
+tests/test_exactness.py."""
 from __future__ import annotations
 
 import pytest
@@ -14,7 +16,7 @@ from .models import FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbo
 SABER = {"name": "saber", "n": 2, "mu": 2}
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "llada_moe"])
 def test_fresh_cached_forward_equals_full_forward(family):
     model = tiny_backbone(family, seed=4)
     prompt = random_prompt(30, 4)
@@ -31,7 +33,7 @@ def test_fresh_cached_forward_equals_full_forward(family):
     torch.testing.assert_close(cached, reference, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "llada_moe"])
 def test_cached_forward_uses_stale_prompt_kv_until_refresh(family):
     """After the response moves, the cached path differs from full recompute (stale prompt K/V)
     by a small amount, and a refresh at distance K restores exactness."""
