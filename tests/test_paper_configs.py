@@ -308,6 +308,19 @@ def test_frontier_campaign_plans_every_new_method_on_both_families(tmp_path, sna
         uniform = planned[(sdar, t, "spa-uniform")]["cache"]
         assert (uniform["budget"], uniform["rho"], uniform["rank"]) == ("uniform", 0.25, 128)
     assert set(campaign.config["tables"]) >= {"frontier-sdar", "frontier-fast-dllm-v2"}
+    # dInfer's decoders over its vicinity-refreshed dual cache (issue 33), on every backbone, with
+    # the release's benchmark settings
+    assert where["dinfer-hierarchy"] == where["dinfer-credit"] == set().union(*on.values())
+    for b in campaign.backbones:
+        hierarchy, credit = planned[(b, "gsm8k", "dinfer-hierarchy")], planned[(b, "gsm8k", "dinfer-credit")]
+        assert (hierarchy["sampler"]["threshold"], hierarchy["sampler"]["low_threshold"],
+                hierarchy["sampler"]["block_length"]) == (0.8, 0.5, 64)
+        assert (credit["sampler"]["credit_alpha"], credit["sampler"]["boost_gamma"],
+                credit["sampler"]["decay_beta"], credit["sampler"]["threshold"]) == (0.7, 0.2, 0.8, 0.9)
+        for m in (hierarchy, credit):
+            assert (m["cache"]["name"], m["cache"]["prefix_look"], m["cache"]["after_look"],
+                    m["cache"]["warmup_steps"], m["cache"]["refresh_interval"]) == (
+                "dinfer_vicinity", 16, 16, 4, None)
 
 
 def test_the_plan_knows_the_block_diffusion_checkpoints_without_them(tmp_path):
