@@ -196,8 +196,11 @@ def test_default_campaign_expands_readable_names():
     # every method family of the engine is in the front door (but the releases' block loops:
     # the default campaign's toy attends bidirectionally)
     blocks = {n for t in registry.KINDS.values() for n, e in t.items() if e.needs_block_causal}
-    assert {m["cache"]["name"] for m in c.methods.values()} == set(registry.CACHES) - blocks
-    assert {m["sampler"]["name"] for m in c.methods.values()} >= set(registry.SAMPLERS) - {"factor", "dream"} - blocks
+    # (dInfer's decoders and cache, issue 33, are planned in configs/frontier.yaml, not in the
+    # default campaign: adding them there would change the stored toy expectations)
+    dinfer = {"dinfer_hierarchy", "dinfer_credit", "dinfer_vicinity"}
+    assert {m["cache"]["name"] for m in c.methods.values()} == set(registry.CACHES) - blocks - dinfer
+    assert {m["sampler"]["name"] for m in c.methods.values()} >= set(registry.SAMPLERS) - {"factor", "dream"} - blocks - dinfer
     assert "gen_length" not in c.task_options("toy_code")
 
 
