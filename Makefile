@@ -15,11 +15,12 @@ campaign: setup
 report: setup
 	.venv/bin/snakemake --cores $(CORES) --report results/report.html
 
-# One worker per core (pytest-xdist), a test file per worker: module fixtures (a toy campaign
-# run, tiny checkpoints) are built once. TEST_WORKERS=0 runs in this process.
+# One worker per core (pytest-xdist); a test file on one worker, so module fixtures (a toy campaign
+# run, tiny checkpoints) are built once, except the files of many independent tests that
+# tests/conftest.py's SPREAD_FILES lets spread. TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= auto
 test: setup
-	.venv/bin/python -m pytest -ra -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	.venv/bin/python -m pytest -ra -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 # Everything that needs a GPU, as one prepared command (benchmarks/device_check.py): on one GPU
 # it finishes in at most 8 minutes and writes its report to OUT (default results/device_check);

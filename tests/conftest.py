@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -38,10 +39,23 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("device", devices)
 
 
+#: Files of many independent tests whose module fixtures cost seconds: under `make test`'s
+#: ``--dist loadgroup`` their tests spread over the workers one by one (each worker builds the
+#: cheap fixtures once). Every other file is one xdist group, on one worker, so its costly module
+#: fixtures (a campaign run, a trained toy) are built once, as ``--dist loadfile`` would.
+SPREAD_FILES = {"test_batching.py", "test_probes.py", "test_exactness.py", "test_engine_exactness.py",
+                "test_block_causal.py", "test_block_releases.py", "test_backbones.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(session, config, items):
     """The retraining test runs last, so the whole suite overlaps the background training
-    (~15 minutes on one core) before the test waits for it."""
+    (~15 minutes on one core) before the test waits for it. A file not in SPREAD_FILES is one
+    xdist group."""
     items.sort(key=lambda item: item.name == RETRAIN_TEST)  # stable: the rest keep their order
+    for item in items:
+        if item.path.name not in SPREAD_FILES:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
 def pytest_collection_finish(session):
@@ -126,20 +140,38 @@ def _real_commands_available() -> bool:
                for m in ("dlmpipe.generate", "dlmpipe.scoring.score"))
 
 
+def shared_between_workers(tmp_path_factory) -> Path:
+    """A directory every pytest-xdist worker of this session sees (the parent of the workers'
+    own base temp directories); the session's base temp directory without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory):
     """A workdir holding a finished run of the tiny campaign, shared by the tests that read one
     (they must not change its outputs): real (trained and decoded in seconds) when the generate
     and score commands are importable, otherwise ``fake_finished_run``. ``DLMPIPE_DAG_TOUCH=1``
-    forces the fake."""
-    workdir = tmp_path_factory.mktemp("finished")
+    forces the fake. Made once per test session: under pytest-xdist the first worker that asks
+    runs it while the others wait on a file lock, then all read the same directory (Snakemake's
+    dry runs, --summary and --report take no lock on it)."""
+    from filelock import FileLock
+
+    real = _real_commands_available()
+    workdir = shared_between_workers(tmp_path_factory) / ("finished-run" if real else "finished-touch")
     config = CONFIGS / "tiny.yaml"
-    if _real_commands_available():
-        run_snakemake(workdir, "--cores", "2", configfile=config)
-        assert (workdir / "results" / "summary.csv").is_file()
-        assert list((workdir / "results" / "plots").glob("pareto_*.png"))
-    else:
-        fake_finished_run(workdir, config)
+    done = workdir.with_name(workdir.name + ".done")
+    with FileLock(str(workdir) + ".lock"):
+        if not done.exists():
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir()
+            if real:
+                run_snakemake(workdir, "--cores", "2", configfile=config)
+                assert (workdir / "results" / "summary.csv").is_file()
+                assert list((workdir / "results" / "plots").glob("pareto_*.png"))
+            else:
+                fake_finished_run(workdir, config)
+            done.touch()
     proc = run_snakemake(workdir, "-n", configfile=config)
     assert "Nothing to be done" in proc.stdout + proc.stderr
     return workdir

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -82,7 +81,7 @@ def test_profile_dry_runs_the_default_campaign_with_gpus_on_model_jobs(tmp_path,
     jobs = job_resources(proc.stdout)
     campaign = Campaign(yaml.safe_load((REPO / "config.yaml").read_text()))
     generate = [r for rule, r in jobs if rule == "generate"]
-    assert len(generate) == len(campaign.backbones) * len(campaign.tasks) * len(campaign.methods)
+    assert len(generate) == len(campaign.decoding_jobs())  # the methods each backbone runs
     model_jobs = [(rule, r) for rule, r in jobs if rule in MODEL_RULES]
     assert {rule for rule, _ in model_jobs} == MODEL_RULES  # the default campaign runs every kind
     for rule, res in model_jobs:
@@ -336,21 +335,20 @@ def _results(workdir: Path) -> dict:
     return out
 
 
-def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, tmp_path, tiny_config, write_config):
+def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, finished_run, tmp_path, tiny_config,
+                                                   write_config):
+    """The local run is the session's run of the same campaign (conftest's ``finished_run``): the
+    resources set here are scheduling settings, which never change results (test_workflow_dag)."""
+    local = finished_run
+    if not (local / "results" / "summary.csv").stat().st_size:
+        pytest.skip("the finished run is faked (DLMPIPE_DAG_TOUCH=1): no local results to compare")
     # scheduling only (never changes results): memory a small CI node can give
     tiny_config["resources"] = {"train_toy": {"mem_mb": 500},
                                 "generate": {"threads": 1, "mem_mb": 1000},
                                 "score": {"threads": 1, "mem_mb": 500}}
     config = write_config(tiny_config, tmp_path / "tiny.yaml")
-    local, cluster = tmp_path / "local", tmp_path / "slurm"
-    local.mkdir()
+    cluster = tmp_path / "slurm"
     cluster.mkdir()
-
-    # the local reference runs meanwhile: the cluster run mostly waits on the queue
-    reference: dict = {}
-    thread = threading.Thread(target=lambda: reference.setdefault(
-        "proc", run_snakemake(local, "--cores", "1", configfile=config, check=False)))
-    thread.start()
 
     # README: setup's profile step (in this test's own profile directories), activate the
     # environment, optional site settings, then its command verbatim
@@ -374,8 +372,6 @@ def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, tmp_path, tin
     took = time.time() - t0
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{' '.join(argv)} failed:\n{log[-5000:]}"
-    thread.join(timeout=600)
-    assert reference["proc"].returncode == 0, reference["proc"].stderr[-3000:]
     print(f"\nSLURM run of the tiny campaign: {took:.0f} s", file=sys.stderr)
 
     # every non-local job went through sbatch; the cheap ones ran here
