@@ -4,8 +4,10 @@ router's weights, and shared experts (a dense SwiGLU every row takes) are added.
 
 Only the routed work is done: the (row, slot) pairs are sorted by expert, and each expert that
 received rows runs one SwiGLU (three matrix products) over exactly its rows (``index_select``
-in: one gather of every expert's rows, then contiguous slices; out: one gather back to slot
-order); an expert no row chose is never called. This is the releases' own
+in, each output weighted and added into its rows with ``index_add_``); an expert no row chose
+is never called. Each expert's rows are gathered and added back while they are in cache: no pass
+over rows x top-k rows of the whole layer (on a memory-bound CPU those passes cost more than the
+products). This is the releases' own
 inference path (LLaDA2.0's ``moe_infer``; LLaDA-MoE loops over every expert but only on the rows
 routed to it) without their per-expert Python work on empty experts.
 
@@ -14,8 +16,9 @@ result does not depend on which other rows share the call. The router projection
 expert's products go through ``model.linear`` (calls of 1-3 rows padded to 4, so MKL computes
 each row alike whatever the count an expert receives); sigmoid and SiLU through the
 element-invariant ``model.sigmoid`` / ``model.silu``; softmax and top-k are per row; and the
-``k`` weighted expert outputs of a row are summed in slot order by elementwise ops, never by a
-reduction kernel whose split could depend on the row count. So a row routed to an expert
+``k`` weighted expert outputs of a row are added into it one expert after another in ascending
+expert order (``index_add_`` on the CPU walks its index in order, one row slice at a time): an
+order that depends on the row's own experts only, never on a reduction kernel's split. So a row routed to an expert
 alongside 3 others or 300 others gets the same bits (tests/test_moe.py).
 
 Cost: one host read of the per-expert counts per layer call (which experts run, how many rows
@@ -105,6 +108,10 @@ class MoEFFN(nn.Module):
             w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
         return idx, w * cfg.routed_scaling
 
+    def _called(self, e: int, rows: int) -> None:
+        if self.calls is not None:
+            self.calls.append((e, rows))
+
     # ---- forward ------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
@@ -116,24 +123,34 @@ class MoEFFN(nn.Module):
         flat = idx.reshape(-1)  # slot j of row r at r * k + j
         order = torch.argsort(flat, stable=True)  # slots grouped by expert, rows ascending
         counts = torch.bincount(flat, minlength=self.cfg.n_experts).tolist()  # one host read
-        xs = x2.index_select(0, order // k)  # every expert's rows, contiguous: one gather
+        rows_of = order // k
         ws = w.reshape(-1).index_select(0, order)[:, None]
-        ys = torch.empty(t * k, shape[-1], dtype=torch.float32, device=x.device)
-        start = 0
-        for e, c in enumerate(counts):
-            if not c:
-                continue
-            end = start + c  # weighted output written in place: no concatenation pass
-            torch.mul(self.experts[e](xs[start:end]).float(), ws[start:end], out=ys[start:end])
-            if self.calls is not None:
-                self.calls.append((e, c))
-            start = end
-        back = torch.empty_like(order)
-        back[order] = torch.arange(order.numel(), device=order.device)
-        out = ys.index_select(0, back).view(t, k, -1)  # slot order again
-        acc = out[:, 0]
-        for j in range(1, k):  # slot order, elementwise: the same sum whatever t is
-            acc = acc + out[:, j]
+        if x.device.type == "cpu":  # each expert's rows gathered and added back while in cache
+            acc = torch.zeros(t, shape[-1], dtype=torch.float32, device=x.device)
+            start = 0
+            for e, c in enumerate(counts):
+                if c:
+                    rows = rows_of[start:start + c]
+                    y = self.experts[e](x2.index_select(0, rows)).float() * ws[start:start + c]
+                    acc.index_add_(0, rows, y)  # a row's experts added in ascending expert order
+                    self._called(e, c)
+                start += c
+        else:  # CUDA's index_add_ adds a row's experts atomically, in no fixed order: slot order
+            xs = x2.index_select(0, rows_of)
+            ys = torch.empty(t * k, shape[-1], dtype=torch.float32, device=x.device)
+            start = 0
+            for e, c in enumerate(counts):
+                if c:
+                    end = start + c
+                    torch.mul(self.experts[e](xs[start:end]).float(), ws[start:end], out=ys[start:end])
+                    self._called(e, c)
+                start += c
+            back = torch.empty_like(order)
+            back[order] = torch.arange(order.numel(), device=order.device)
+            out = ys.index_select(0, back).view(t, k, -1)
+            acc = out[:, 0]
+            for j in range(1, k):  # slot order, elementwise: the same sum whatever t is
+                acc = acc + out[:, j]
         y = acc.to(x.dtype)
         if self.cfg.shared_expert_hidden:
             y = y + self.shared(x2)
