@@ -244,6 +244,9 @@ def test_llada2_fused_qkv_is_split_into_q_k_v_rows(ckpts):
     assert blk.k_proj.weight.shape == (nkv, cfg.d_model) and blk.q_proj.weight.shape == (nq, cfg.d_model)
     assert cfg.rope_dim == cfg.head_dim // 2 and cfg.block_size == 32 and cfg.dense_layers == [0]
     assert not hasattr(loaded.model.blocks[0], "moe") and hasattr(loaded.model.blocks[1], "moe")
+    # SPA-Cache's SVD job reads only the value projections: the fused tensor's last row block
+    from dlmpipe.engine.proxies import read_value_weights
+    assert torch.equal(read_value_weights(ckpts["llada2"])[1], fused[nq + nkv:])
 
 
 def test_special_ids_and_chat_prompt(ckpts):
