@@ -51,6 +51,10 @@ def build_method(method: dict, model: Backbone, artifacts: dict | None = None,
     check_pairing(method["sampler"]["name"], method["cache"]["name"])
     if problems := registry.attention_problems(method, attention_of(model)):
         raise ValueError("; ".join(problems))
+    if compile == "cuda_graphs" and model.cfg.n_experts:
+        raise ValueError("compile: cuda_graphs cannot capture an MoE backbone's forward: its expert "
+                         "layer reads the per-expert row counts to the host and calls the experts "
+                         "the routing chose (dlmpipe/backbones/moe.py); use compile: none or torch_compile")
     check_device(compile, model.device)
     sampler = build_sampler(method["sampler"])
     cache = build_cache(method["cache"], model, artifacts, backbone)

@@ -329,3 +329,15 @@ def test_routed_layer_rows_do_not_depend_on_their_batch(ckpts, family):
                     assert torch.equal(moe(x[lo:hi]), full[lo:hi]), (n, lo, hi)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_cuda_graphs_are_refused_on_an_moe_backbone():
+    """A captured graph cannot hold the layer's host read and routing-dependent expert calls."""
+    from dlmpipe.methods import build_method
+    from tests.models import tiny_backbone
+
+    model = tiny_backbone("llada_moe")
+    method = {"sampler": {"name": "llada_confidence"}, "cache": {"name": "archer"}}
+    with pytest.raises(ValueError, match="MoE backbone"):
+        build_method(method, model, compile="cuda_graphs")
+    build_method(method, model)  # eager is fine
