@@ -238,7 +238,7 @@ def memory(ck, model, P: int, G: int, proxies) -> None:
     x[P + G // 2:] = model.cfg.mask_id
     specs = {"none": {}, "archer": {"K": "inf"}, "spa": {"rank": proxies.stored_rank},
              "dllm_cache": {}, "fast_dllm_prefix": {}, "fast_dllm_dual": {}, "dkv_decode": {},
-             "dkv_greedy": {}, "d2cache": {}}
+             "dkv_greedy": {}, "d2cache": {}, "dinfer_vicinity": {"warmup_steps": 0}}
     block_only = {c for c in registry.CACHES  # measured on LLaDA shapes: full attention
                   if registry.attention_refusal("cache", c, "full")}
     assert set(specs) == set(registry.CACHES) - block_only, "a new cache needs a memory row"
