@@ -78,7 +78,10 @@ def slurm_preflight(args, argv: list[str], which=shutil.which) -> tuple[str, str
     what = (f"SLURM pre-flight: {via} submits the jobs to SLURM (executor slurm), but {names} "
             f"{'is' if len(missing) == 1 else 'are'} not on PATH (this is not a SLURM login node, "
             "or SLURM's commands are elsewhere).")
-    here = f"To run the campaign on this machine instead: {local_command(argv)}  (or: make campaign)"
+    # `make campaign` runs the default campaign (config.yaml): offered only for that one
+    default = not any(a.split("=", 1)[0] in ("--configfile", "--configfiles") for a in argv)
+    here = (f"To run the campaign on this machine instead: {local_command(argv)}"
+            + ("  (or: make campaign)" if default else ""))
     if getattr(args, "dryrun", False):
         return "warning", f"{what} A run stops here, before any job; this dry run only plans.\n{here}"
     return "error", f"{what} Nothing was run.\n{here}"

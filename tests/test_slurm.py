@@ -232,7 +232,7 @@ def test_without_slurm_the_profile_stops_before_any_job_saying_how_to_run_here(t
             "sbatch, squeue, sacct, scontrol, scancel and sinfo are not on PATH") in out
     assert "Nothing was run." in out
     assert (f"To run the campaign on this machine instead: snakemake -s {REPO / 'Snakefile'} "
-            f"--cores 2 --configfile {config}  (or: make campaign)") in out
+            f"--cores 2 --configfile {config}\n") in out  # not `make campaign`: the default campaign
     assert ran_no_job(proc, tmp_path)
 
 
