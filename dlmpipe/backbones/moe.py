@@ -5,21 +5,22 @@ router's weights, and shared experts (a dense SwiGLU every row takes) are added.
 Only the routed work is done: the (row, slot) pairs are sorted by expert, and each expert that
 received rows runs one SwiGLU (three matrix products) over exactly its rows (``index_select``
 in, each output weighted and added into its rows with ``index_add_``); an expert no row chose
-is never called. Each expert's rows are gathered and added back while they are in cache: no pass
-over rows x top-k rows of the whole layer (on a memory-bound CPU those passes cost more than the
-products). This is the releases' own
-inference path (LLaDA2.0's ``moe_infer``; LLaDA-MoE loops over every expert but only on the rows
-routed to it) without their per-expert Python work on empty experts.
+is never called. Each expert's rows are gathered and added back while they are in cache: no
+pass over the rows x top-k rows of the whole layer (on a memory-bound CPU such passes cost more
+than the products). This is the releases' own inference path (LLaDA-MoE's per-expert
+``index_add_``, LLaDA2.0's ``moe_infer``) without their Python work on empty experts.
 
 Row invariance (model.py's ``GEMM_ROW_MULTIPLE`` rules; docs/MODELS.md, "MoE layer"): a row's
 result does not depend on which other rows share the call. The router projection and every
 expert's products go through ``model.linear`` (calls of 1-3 rows padded to 4, so MKL computes
 each row alike whatever the count an expert receives); sigmoid and SiLU through the
 element-invariant ``model.sigmoid`` / ``model.silu``; softmax and top-k are per row; and the
-``k`` weighted expert outputs of a row are added into it one expert after another in ascending
-expert order (``index_add_`` on the CPU walks its index in order, one row slice at a time): an
-order that depends on the row's own experts only, never on a reduction kernel's split. So a row routed to an expert
-alongside 3 others or 300 others gets the same bits (tests/test_moe.py).
+``k`` weighted expert outputs of a row are added into it one expert after another, in ascending
+expert order (CPU ``index_add_`` adds a row's contributions in index order, whatever its thread
+count): an order set by the row's own experts, never by a reduction kernel's split. So a row
+routed to an expert alongside 3 others or 300 others gets the same bits (tests/test_moe.py, at 1
+and 2 threads; tests/test_batching.py). On CUDA, whose ``index_add_`` is atomic and unordered,
+the outputs are gathered back to slot order and summed there instead.
 
 Cost: one host read of the per-expert counts per layer call (which experts run, how many rows
 each), as the releases' ``tokens_per_expert.cpu()``; and per active expert a fixed per-call
