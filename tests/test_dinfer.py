@@ -13,7 +13,8 @@ import torch
 from dlmpipe import registry
 from dlmpipe.methods import build_sampler, check_pairing
 
-from .models import FAMILIES, HAND_MASK, HAND_PROMPT, HAND_VOCAB, decode_method, random_prompt, tiny_backbone
+from .models import (FAMILIES, HAND_MASK, HAND_PROMPT, HAND_VOCAB, MASK_ID, decode_method,
+                     random_prompt, tiny_backbone)
 
 
 # ---- re-statements (per position, in plain Python over float32 rows) ---------------------------
@@ -68,6 +69,7 @@ def test_hierarchical_decoding_equals_the_release_rule():
     for case in range(300):
         g = 8
         sampler = build_sampler({"name": "dinfer_hierarchy", "block_length": g,
+                                 "block_alignment": "response",
                                  "threshold": 0.35, "low_threshold": 0.2})
         block = random_block(gen, g)
         x = torch.tensor([1, 2, 3] + block)
@@ -90,6 +92,7 @@ def test_hierarchical_decoding_takes_each_run_s_best_not_the_block_s():
     low_threshold gives nothing but the block's best."""
     from .models import logits_for
     sampler = build_sampler({"name": "dinfer_hierarchy", "block_length": 6, "threshold": 0.9,
+                             "block_alignment": "response",
                              "low_threshold": 0.3})
     x = torch.tensor([1, 2, 3, HAND_MASK, HAND_MASK, 4, HAND_MASK, HAND_MASK, 5])
     sampler.begin(HAND_PROMPT, 6, HAND_MASK)
@@ -98,6 +101,7 @@ def test_hierarchical_decoding_takes_each_run_s_best_not_the_block_s():
     sampler.step(x, logits)
     assert x[HAND_PROMPT:].tolist() == [HAND_MASK, 7, 4, 8, HAND_MASK, 5]
     low = build_sampler({"name": "dinfer_hierarchy", "block_length": 6, "threshold": 0.9,
+                             "block_alignment": "response",
                          "low_threshold": 0.45})
     x = torch.tensor([1, 2, 3, HAND_MASK, HAND_MASK, 4, HAND_MASK, HAND_MASK, 5])
     low.begin(HAND_PROMPT, 6, HAND_MASK)
@@ -148,6 +152,7 @@ def test_credit_decoding_equals_the_release_rule(alpha):
         rows = [base + 0.4 * torch.randn(g, HAND_VOCAB, generator=gen) for _ in range(2 * g)]
         expected = credit_reference(rows, g, 0.9, alpha, 0.2, 0.8)
         sampler = build_sampler({"name": "dinfer_credit", "block_length": g, "threshold": 0.9,
+                                 "block_alignment": "response",
                                  "credit_alpha": alpha})
         x = torch.tensor([1, 2, 3] + [HAND_MASK] * g)
         sampler.begin(HAND_PROMPT, g, HAND_MASK)
@@ -166,6 +171,7 @@ def test_credit_lets_consistently_predicted_tokens_pass_sooner():
     accepted = {}
     for alpha in (0.0, 0.7):
         sampler = build_sampler({"name": "dinfer_credit", "block_length": 8, "threshold": 0.9,
+                                 "block_alignment": "response",
                                  "credit_alpha": alpha})
         x = torch.tensor([1, 2, 3] + [HAND_MASK] * 8)
         sampler.begin(HAND_PROMPT, 8, HAND_MASK)
@@ -175,6 +181,26 @@ def test_credit_lets_consistently_predicted_tokens_pass_sooner():
         accepted[alpha] = sampler.stats()["accepted_per_step"]
     assert accepted[0.0] == [1] * 8
     assert accepted[0.7] == [3, 5]
+
+
+@pytest.mark.parametrize("name", ["dinfer_hierarchy", "dinfer_credit"])
+def test_absolute_block_alignment_is_the_benchmarks(name):
+    """block_alignment absolute (the default; the release's start_block_align): blocks at
+    multiples of block_length in absolute positions, the first cut at the response's start, the
+    last at its end; every block decoded in turn, each handed to the cache; gen_length need not
+    be a multiple then."""
+    model = tiny_backbone("llada", seed=8, n_layers=2)
+    for p_len, g, length, bounds in ((5, 16, 8, [0, 3, 11, 16]), (8, 16, 8, [0, 8, 16]),
+                                     (13, 20, 8, [0, 3, 11, 19, 20])):
+        out, calls = _recorded(model, {"name": name, "block_length": length, "threshold": 0.5},
+                               {"name": "dinfer_vicinity", "prefix_look": 1, "after_look": 1,
+                                "warmup_steps": 0}, random_prompt(p_len, 8), g)
+        seen = list(dict.fromkeys(block for block, _ in calls))
+        assert seen == list(zip(bounds, bounds[1:])), (p_len, seen)
+        assert (out.response != MASK_ID).all()
+    method = {"sampler": {"name": name, "block_length": 64, "block_alignment": "absolute"},
+              "cache": {"name": "none"}}
+    assert registry.gen_length_problems(method, 96) == []
 
 
 # ---- the vicinity refresh -------------------------------------------------------------------
@@ -263,7 +289,8 @@ def test_vicinity_differs_from_the_plain_dual_cache_somewhere():
     some token against the plain dual cache (the test above would pass for any window rule
     that ignored prefix_look and after_look otherwise)."""
     model = tiny_backbone("llada", seed=6, n_layers=3)
-    sampler = {"name": "dinfer_hierarchy", "block_length": 4, "threshold": 0.6, "low_threshold": 0.2}
+    sampler = {"name": "dinfer_hierarchy", "block_length": 4, "threshold": 0.6, "low_threshold": 0.2,
+               "block_alignment": "response"}
     differs = 0
     for seed in range(6):
         prompt = random_prompt(7, seed)
@@ -288,8 +315,8 @@ def test_config_time_refusals():
             check_pairing(sampler, "dinfer_vicinity")
     for sampler in ("dinfer_hierarchy", "dinfer_credit"):
         assert registry.serving_caches(sampler) == list(registry.CACHES)
-        method = {"sampler": registry.resolve("sampler", {"name": sampler})[1] | {"name": sampler},
-                  "cache": {"name": "none"}}
+        filled = registry.resolve("sampler", {"name": sampler, "block_alignment": "response"})[1]
+        method = {"sampler": filled | {"name": sampler}, "cache": {"name": "none"}}
         assert registry.gen_length_problems(method, 128) == []
         assert "does not divide gen_length 96" in registry.gen_length_problems(method, 96)[0]
     for attention in registry.ATTENTIONS:

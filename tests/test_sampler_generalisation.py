@@ -80,11 +80,12 @@ GENERALISES: dict[str, tuple[dict, dict, dict]] = {
     # low_threshold and no position passes threshold, so a step takes the block's most confident
     # candidate only: the threshold sampler at tau 1, with its draws (§1.13)
     "dinfer_hierarchy-thresholds1/threshold-tau1": row(
-        {"name": "dinfer_hierarchy", "threshold": 1.0, "low_threshold": 1.0, "block_length": 8},
+        {"name": "dinfer_hierarchy", "threshold": 1.0, "low_threshold": 1.0, "block_length": 8,
+         "block_alignment": "response"},
         {"name": "threshold", "tau": 1.0, "block_length": 8}),
     "dinfer_hierarchy-thresholds1-t0.7/threshold-tau1-t0.7": row(
         {"name": "dinfer_hierarchy", "threshold": 1.0, "low_threshold": 1.0, "block_length": 8,
-         "temperature": 0.7},
+         "block_alignment": "response", "temperature": 0.7},
         {"name": "threshold", "tau": 1.0, "block_length": 8, "temperature": 0.7}),
 }
 

@@ -48,6 +48,21 @@ def steps_split_over_blocks(params: dict, gen_length: int) -> str | None:
     return None
 
 
+def response_blocks_tile_response(params: dict, gen_length: int) -> str | None:
+    """dInfer's decoders: blocks from the response's start tile it (absolute alignment: any
+    length; the first and last blocks are cut)."""
+    return blocks_tile_response(params, gen_length) if params.get("block_alignment") != "absolute" else None
+
+
+#: dInfer's block alignment (dinfer_hierarchy, dinfer_credit; docs/METHODS.md §1.13)
+DINFER_ALIGNMENT = choice(["absolute", "response"], "absolute",
+                          "absolute: blocks at multiples of block_length in absolute positions, "
+                          "the first cut at the response's start (start_block_align, as the "
+                          "release's benchmark runs); response: blocks from the response's first "
+                          "position (BlockIteratorFactory's own default, as dlmpipe's other block "
+                          "samplers), block_length must divide gen_length")
+
+
 #: which confidence of the model's token ranks the masked positions (llada_confidence,
 #: certainty_prior; docs/METHODS.md §1.1)
 CONFIDENCE = choice(["probability", "maskgit_plus", "topk_margin", "entropy"], "probability",
@@ -267,8 +282,9 @@ SAMPLERS = table(
                                       "0.4)", maximum=1),
          "block_length": positive_or_null(64, "null means gen_length (one block); the release's "
                                               "benchmark uses 64"),
+         "block_alignment": DINFER_ALIGNMENT,
          "temperature": TEMPERATURE},
-        checks=(blocks_tile_response,)),
+        checks=(response_blocks_tile_response,)),
     Component(
         "dinfer_credit", "dlmpipe.samplers.dinfer:CreditSampler",
         "dInfer's credit decoding: a per-block credit (EMA of each masked position's top-1 "
@@ -286,8 +302,9 @@ SAMPLERS = table(
                               maximum=1),
          "block_length": positive_or_null(64, "null means gen_length (one block); the release's "
                                               "benchmark uses 64"),
+         "block_alignment": DINFER_ALIGNMENT,
          "temperature": TEMPERATURE},
-        checks=(blocks_tile_response,)),
+        checks=(response_blocks_tile_response,)),
 )
 
 

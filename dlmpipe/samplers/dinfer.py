@@ -48,11 +48,51 @@ def hierarchy_accepts(relative: Tensor, confidence: Tensor, threshold: float,
     return accepted
 
 
-class HierarchySampler(BlockLoop):
+class DInferBlocks(BlockLoop):
+    """The block loop with dInfer's block alignment (``block_alignment``): ``response``, blocks
+    of ``block_length`` from the response's first position (``BlockIteratorFactory``'s default);
+    ``absolute``, blocks at multiples of ``block_length`` in absolute positions, the first one
+    starting in the prompt and cut at the response's start (``start_block_align=True``, as the
+    release's benchmark runs), the last cut at the sequence's end."""
+
+    block_alignment = "absolute"
+
+    def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
+        if self.block_alignment == "response":
+            super().begin(prompt_len, gen_len, mask_id, generator, device)
+        else:
+            option = self.block_length_opt
+            self.block_length_opt = None  # one block for BlockLoop (no tiling check); restored
+            try:
+                super().begin(prompt_len, gen_len, mask_id, generator, device)
+            finally:
+                self.block_length_opt = option
+            length = self.block_length = option or gen_len
+            first = length - prompt_len % length  # the end of the block holding the prompt's end
+            self.bounds = [0] + list(range(first % length or length, gen_len, length)) + [gen_len]
+            self.num_blocks = len(self.bounds) - 1
+            self.remaining = self.bounds[1]
+
+    @property
+    def block(self) -> tuple[int, int]:
+        if self.block_alignment == "response":
+            return super().block
+        return (self.bounds[self.block_index], self.bounds[self.block_index + 1])
+
+    def finish_step(self, response: Tensor, accepted: Tensor) -> None:
+        index = self.block_index
+        super().finish_step(response, accepted)
+        if self.block_alignment != "response" and self.block_index != index and not self.done:
+            lo, hi = self.block
+            self.remaining = hi - lo
+
+
+class HierarchySampler(DInferBlocks):
     def __init__(self, *, threshold: float, low_threshold: float, block_length: int | None,
-                 temperature: float):
+                 block_alignment: str, temperature: float):
         self.threshold, self.low_threshold = threshold, low_threshold
         self.block_length_opt, self.temperature = block_length, temperature
+        self.block_alignment = block_alignment
 
     def step(self, x: Tensor, logits: Tensor) -> None:
         response = x[self.prompt_len:]
@@ -68,12 +108,14 @@ class HierarchySampler(BlockLoop):
         self.finish_step(response, accepted.sum())
 
 
-class CreditSampler(BlockLoop):
+class CreditSampler(DInferBlocks):
     def __init__(self, *, threshold: float, credit_alpha: float, boost_gamma: float,
-                 decay_beta: float, block_length: int | None, temperature: float):
+                 decay_beta: float, block_length: int | None, block_alignment: str,
+                 temperature: float):
         self.threshold, self.alpha = threshold, credit_alpha
         self.gamma, self.beta = boost_gamma, decay_beta
         self.block_length_opt, self.temperature = block_length, temperature
+        self.block_alignment = block_alignment
 
     def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
         super().begin(prompt_len, gen_len, mask_id, generator, device)
