@@ -29,8 +29,8 @@ SAMPLER_ASSUMPTIONS = {
     "eb_sampler": "gen_length / t updates, t as for threshold",
     "wino": "gen_length / t updates, t as for threshold, plus block_length shadow rows in every "
             "forward",
-    "sdar": "steps updates per block of 4 positions (SDAR's released block size; the "
-            "checkpoint's is not read)",
+    "sdar": "steps updates per block of the backbone (its config.json's block size; 4, "
+            "SDAR's released one, where it is not known)",
     "fast_dllm_v2": "gen_length / t updates, t as for threshold, in sub-blocks of "
                     "sub_block_length",
     "dinfer_hierarchy": "gen_length / t updates, t as for threshold",
@@ -59,8 +59,16 @@ CACHE_ASSUMPTIONS = {
                        "refresh_interval), else the block with prefix_look rows before and "
                        "after_look rows after it",
 }
-#: (the rows are a full-attention backbone's: on a block-causal one a full forward computes the
-#: active block's rows only, docs/METHODS.md "Block-causal backbones"; not modelled yet)
+#: (the rows above are a full-attention backbone's; on a block-causal one, ``BLOCK_CAUSAL``)
+BLOCK_CAUSAL = ("block-causal backbones (SDAR, Fast-dLLM v2, LLaDA2.0): the prompt's rows once "
+                "(prefill), then each active block of the backbone's block size as a decode of "
+                "its own (the sampler's steps per active block, capped at its positions; the "
+                "cache's rows over the active block only, N = the block), and each block's rows "
+                "once more at its commit; a finished block is never recomputed (attention over "
+                "the prefix and the prompt's tail inside the first block left out)")
+#: SDAR's released block size (SDAR-*-Chat config.json ``block_size``), where the backbone's is
+#: not known
+SDAR_BLOCK = 4
 
 
 @dataclass(frozen=True)
@@ -95,12 +103,15 @@ class Schedule:
         return self.blocks * self.per_block
 
 
-def schedule(sampler: dict, gen_length: int, parallel_tokens: float = 1.0) -> Schedule:
-    """The sampler's schedule from its (filled) parameters (``SAMPLER_ASSUMPTIONS``)."""
+def schedule(sampler: dict, gen_length: int, parallel_tokens: float = 1.0,
+             model_block: int | None = None) -> Schedule:
+    """The sampler's schedule from its (filled) parameters (``SAMPLER_ASSUMPTIONS``);
+    ``model_block``: a block-causal backbone's block size (SDAR's loop decodes its blocks)."""
     name, g = sampler["name"], gen_length
     block = (sampler.get("block_length") or g) if name != "dream" else g  # dream: no blocks
     if name == "sdar":
-        return Schedule(4, max(1, g // 4), sampler["steps"], 4 / sampler["steps"])
+        b = model_block or SDAR_BLOCK
+        return Schedule(b, max(1, g // b), sampler["steps"], b / sampler["steps"])
     if name == "fast_dllm_v2":
         block = sampler["sub_block_length"]
     blocks = max(1, g // block)
@@ -123,12 +134,52 @@ def schedule(sampler: dict, gen_length: int, parallel_tokens: float = 1.0) -> Sc
 
 
 def decode_cost(method: dict, prompt: float, n_layers: int = 32, parallel_tokens: float = 1.0,
-                spa_budgets: list[float] | None = None) -> Decode:
+                spa_budgets: list[float] | None = None, block_size: int | None = None) -> Decode:
     """Updates and rows of one decode of ``method`` (name, sampler, cache with parameters
     filled, gen_length) on a prompt of ``prompt`` tokens. ``spa_budgets``: SPA-Cache's rho(l)
-    per layer when its budget is adaptive."""
+    per layer when its budget is adaptive. ``block_size``: the backbone is block-causal over
+    blocks of that many positions (``block_causal_cost``); None: full attention."""
+    if block_size:
+        return block_causal_cost(method, prompt, block_size, n_layers, parallel_tokens, spa_budgets)
     g = int(method["gen_length"])
     s = schedule(method["sampler"], g, parallel_tokens)
+    return _rows(method, s, prompt, n_layers, spa_budgets)
+
+
+def active_block_sampler(sampler: dict, block_size: int) -> dict:
+    """The sampler as it decodes one active block of ``block_size`` positions (docs/METHODS.md,
+    "Block-causal backbones"): ``steps`` count per active block, capped at its positions (null:
+    its positions); a ``block_length`` that does not divide the block makes one sub-block."""
+    s = dict(sampler)
+    if "steps" in s and s["name"] != "sdar":
+        s["steps"] = min(s["steps"] or block_size, block_size)
+    if s.get("block_length") and block_size % s["block_length"]:
+        s["block_length"] = block_size
+    return s
+
+
+def block_causal_cost(method: dict, prompt: float, block_size: int, n_layers: int = 32,
+                      parallel_tokens: float = 1.0,
+                      spa_budgets: list[float] | None = None) -> Decode:
+    """One decode on a block-causal backbone (dlmpipe/blockwise.py): the prompt's rows computed
+    once (prefill), then per active block of ``block_size`` positions the sampler's updates with
+    the cache's rows over that block alone (its own problem: no prompt rows, the finished blocks'
+    K/V exact and never recomputed), and the block's rows once more when it is committed. ``full``
+    counts forwards over the whole active block. The prompt's tail inside the first block and
+    attention over the prefix are left out."""
+    g, b = int(method["gen_length"]), block_size
+    blocks = math.ceil(g / b)
+    inner = {**method, "gen_length": b, "sampler": active_block_sampler(method["sampler"], b)}
+    s = schedule(inner["sampler"], b, parallel_tokens, model_block=b)
+    one = _rows(inner, s, 0.0, n_layers, spa_budgets)
+    return Decode(prompt, g, blocks * one.updates, blocks * one.full,
+                  prompt + blocks * (one.rows + b))
+
+
+def _rows(method: dict, s: Schedule, prompt: float, n_layers: int,
+          spa_budgets: list[float] | None) -> Decode:
+    """Updates and rows of a decode of ``method`` following schedule ``s``."""
+    g = int(method["gen_length"])
     cache = method["cache"]
     rows_of = _CACHE_ROWS.get(cache["name"])
     if rows_of is None:

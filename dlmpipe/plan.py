@@ -4,7 +4,9 @@
 (``Campaign(check_paths=False)``), counts the jobs Snakemake will plan per rule (``jobs_per_rule``,
 tested against dry runs), the samples of each task from its benchmark's known size
 (``tasks.registry.task_rows``) and estimates each backbone's GPU-hours: every decode of the
-generate, timing and analysis jobs priced by dlmpipe/cost.py, at 2 x parameters FLOPs per row,
+generate, timing and analysis jobs priced by dlmpipe/cost.py, at 2 x parameters FLOPs per row
+(a mixture of experts' active parameters per token; a block-causal backbone's rows are the active
+block's, its finished blocks computed once),
 on an assumed GPU at an assumed utilisation. ``assumptions`` lists every assumption the numbers
 rest on; the plan prints them (docs/ARCHITECTURE.md, "Performance shape", says the same).
 """
@@ -105,6 +107,11 @@ KNOWN_MOE_CHECKPOINTS = (
      7_000_000_000, 1_400_000_000, 16, 16, 128),
 )
 
+#: the released block size of the block-causal families, for known checkpoints without their
+#: directory (config.json's: SDAR-*-Chat ``block_size`` 4, Fast-dLLM v2 ``bd_size`` 32; LLaDA2.0's
+#: generate ``block_length`` 32, its config.json has none: docs/MODELS.md)
+KNOWN_BLOCK_SIZES = {"sdar": 4, "fast_dllm_v2": 32, "llada2": 32}
+
 
 @dataclass(frozen=True)
 class Size:
@@ -121,6 +128,9 @@ class Size:
     n_kv_heads: int = 0
     head_dim: int = 0
     total: int | None = None
+    #: block-causal attention over blocks of this many positions (SDAR, Fast-dLLM v2, LLaDA2.0):
+    #: a forward computes the active block's rows (dlmpipe/blockwise.py); None: full attention
+    block_size: int | None = None
 
     @property
     def weights(self) -> int:
@@ -139,6 +149,25 @@ def parameters(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, mlp_h
     layer = (2 * d_model + d_model * (q + 2 * kv) + (q + 2 * kv) * qkv_bias + q * d_model
              + 3 * d_model * mlp_hidden + 2 * hd * qk_norm)
     return (1 + (not tied)) * vocab_size * d_model + d_model + n_layers * layer
+
+
+def active_parameters(c: dict) -> int:
+    """The parameters a row passes through on the native model of config.json's fields ``c``
+    (``read_fields``), as ``parameters`` counts a dense model's: on a mixture of experts each MoE
+    layer's FFN is its router (and expert bias), ``experts_per_token`` routed experts of
+    ``expert_hidden`` and the shared experts, not every expert (docs/MODELS.md); its dense layers
+    (``dense_layers``) and every dense family's layers are the SwiGLU of ``mlp_hidden``."""
+    d, hd = c["d_model"], c.get("attn_head_dim")
+    dense = parameters(d, c["n_layers"], c["n_heads"], c["n_kv_heads"], c["mlp_hidden"],
+                       c["vocab_size"], c["qkv_bias"], hd, c.get("qk_norm", False),
+                       c.get("tie_embeddings", False))
+    experts = c.get("n_experts", 0)
+    if not experts:
+        return dense
+    moe_layers = c["n_layers"] - len(set(c.get("dense_layers", [])) & set(range(c["n_layers"])))
+    routed = c["experts_per_token"] * c["expert_hidden"] + c.get("shared_expert_hidden", 0)
+    ffn = 3 * d * routed + d * experts + experts * bool(c.get("router_bias"))
+    return dense + moe_layers * (ffn - 3 * d * c["mlp_hidden"])
 
 
 #: bytes per element of the safetensors dtypes (the header names them)
@@ -204,26 +233,24 @@ def backbone_size(campaign, backbone: str) -> Size | None:
         from .backbones.checkpoint_config import read_fields
 
         c = read_fields(path)
-        n = parameters(c["d_model"], c["n_layers"], c["n_heads"], c["n_kv_heads"],
-                       c["mlp_hidden"], c["vocab_size"], c["qkv_bias"], c.get("attn_head_dim"),
-                       c.get("qk_norm", False), c.get("tie_embeddings", False))
         identity = TOY if "shipped" in spec else checkpoint_identity(path)
-        return Size(n, c["n_layers"], identity, str(path / "config.json"),
+        return Size(active_parameters(c), c["n_layers"], identity, str(path / "config.json"),
                     char_tokens="shipped" in spec, n_kv_heads=c["n_kv_heads"],
                     head_dim=c.get("attn_head_dim") or c["d_model"] // c["n_heads"],
-                    total=checkpoint_parameters(path))
+                    total=checkpoint_parameters(path), block_size=c.get("block_size"))
     names = (backbone, *([path.name] if path is not None else []))
     for pattern, label, family, total, active, layers, kv, hd in KNOWN_MOE_CHECKPOINTS:
         if any(re.search(pattern, n, re.IGNORECASE) for n in names):
             return Size(active, layers, BackboneIdentity(family, names, backbone),
                         f"known checkpoint {label} (no config.json at {path})",
-                        n_kv_heads=kv, head_dim=hd, total=total)
+                        n_kv_heads=kv, head_dim=hd, total=total,
+                        block_size=KNOWN_BLOCK_SIZES.get(family))
     for pattern, label, family, d, layers, heads, kv, hd, mlp, vocab, bias, qk, tied in KNOWN_BLOCK_CHECKPOINTS:
         if any(re.search(pattern, n, re.IGNORECASE) for n in names):
             n = parameters(d, layers, heads, kv, mlp, vocab, bias, hd, qk, tied)
             return Size(n, layers, BackboneIdentity(family, names, backbone),
                         f"known checkpoint {label} (no config.json at {path})",
-                        n_kv_heads=kv, head_dim=hd)
+                        n_kv_heads=kv, head_dim=hd, block_size=KNOWN_BLOCK_SIZES[family])
     for pattern, label, family, d, layers, heads, kv, mlp, vocab in KNOWN_CHECKPOINTS:
         if any(re.search(pattern, n, re.IGNORECASE) for n in names):
             n = parameters(d, layers, heads, kv, mlp, vocab, family == "dream")
@@ -330,7 +357,7 @@ def estimate(campaign, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0,
             def price(name: str) -> cost.Decode:
                 method = _filled(campaign.method(name, t, b), size.identity)
                 return cost.decode_cost(method, p, size.n_layers, parallel_tokens,
-                                        _spa_budgets(method, size.n_layers))
+                                        _spa_budgets(method, size.n_layers), size.block_size)
 
             reference = price(ref)
             for m in campaign.methods_on(b, t):
@@ -358,16 +385,27 @@ def estimate(campaign, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0,
 
 
 def assumptions(campaign, gpu: Gpu, parallel_tokens: float,
-                prompt_override: float | None) -> list[str]:
+                prompt_override: float | None, sizes: dict | None = None) -> list[str]:
     """Every assumption the GPU-hours rest on, as the plan prints them (the samplers' and
-    caches' of the campaign's methods)."""
+    caches' of the campaign's methods; ``sizes``: the backbones' ``Size``, for the lines only
+    some backbones need)."""
     used = {part: sorted({m[part]["name"] for m in campaign.methods.values()},
                          key=list(registry.KINDS[part]).index) for part in ("sampler", "cache")}
+    sizes = sizes if sizes is not None else {b: backbone_size(campaign, b) for b in campaign.backbones}
+    moe = [b for b, z in sizes.items() if z is not None and z.total and z.total > z.parameters * 1.5]
+    blocky = [f"{b} ({z.block_size})" for b, z in sizes.items() if z is not None and z.block_size]
     return [
         "parameters: counted on the native model built from the backbone's config.json where its "
         "directory is there, else from the published architecture of a known checkpoint matched "
         "by name (" + ", ".join(k[1] for k in KNOWN_MOE_CHECKPOINTS + KNOWN_BLOCK_CHECKPOINTS
                                 + KNOWN_CHECKPOINTS) + ")",
+        *([f"mixture of experts ({', '.join(moe)}): priced by the ACTIVE parameters per token, "
+           "not the total held in memory (the GPU count's): embedding, head, attention, the "
+           "dense layers' FFN, and per MoE layer the router, the top-k routed experts and the "
+           "shared experts (config.json's num_experts_per_tok x the expert width + the shared "
+           "width; a known checkpoint's active count from its model card)"] if moe else []),
+        *([f"block-causal backbones, block size ({', '.join(blocky)}): "
+           + cost.BLOCK_CAUSAL.split(": ", 1)[1]] if blocky else []),
         "FLOPs: 2 x parameters per row a forward computes; a full forward computes every prompt "
         "and response row, a cached one the rows its cache recomputes (attention's N^2 term, "
         "identifiers and launch overheads left out: cached steps run below the assumed "
@@ -459,7 +497,7 @@ def render(campaign, source: str, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0
         lines.append("  (this campaign decodes on the CPU: the hours are what a GPU would take)")
     lines += ["", *gpu_lines(campaign)]
     lines += ["", "assumptions:"] + [f"  - {a}" for a in assumptions(
-        campaign, gpu, parallel_tokens, prompt_override)]
+        campaign, gpu, parallel_tokens, prompt_override, {b: e.size for b, e in estimates.items()})]
     missing = [b for b in campaign.backbones if (p := campaign.checkpoint_path(b)) is not None
                and not Path(p).is_dir()]
     if missing:
