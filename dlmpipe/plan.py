@@ -463,6 +463,27 @@ def gpu_lines(campaign) -> list[str]:
     return lines
 
 
+def block_length_notes(campaign, sizes: dict) -> list[str]:
+    """What each sampler's ``block_length`` means on the campaign's block-causal backbones
+    (docs/METHODS.md, "Block-causal backbones"): sub-blocks of the active block, and one sub-block,
+    the whole active block, where it does not divide the backbone's block size. The campaign's
+    check tiles gen_length with it (registry ``blocks_tile_response``); the backbone's block
+    size decides what it does, so the plan states it for every (method, backbone) it changes."""
+    notes = []
+    for b, size in sizes.items():
+        if size is None or not size.block_size:
+            continue
+        n = size.block_size
+        for m in dict.fromkeys(m for t in campaign.tasks for m in campaign.methods_on(b, t)):
+            t = next(t for t in campaign.tasks if campaign.runs(m, b, t))
+            block = campaign.method(m, t, b)["sampler"].get("block_length")
+            if block and n % block:
+                notes.append(f"{m} on {b}: sampler.block_length {block} does not divide the "
+                             f"backbone's blocks of {n}: one sub-block, the whole active block "
+                             f"of {n} (as block_length {n})")
+    return notes
+
+
 def render(campaign, source: str, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0,
            prompt_override: float | None = None) -> str:
     """The plan as text: jobs per rule, samples per task, GPU-hours per backbone, assumptions."""
@@ -496,6 +517,9 @@ def render(campaign, source: str, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0
     if campaign.config.get("device") == "cpu":
         lines.append("  (this campaign decodes on the CPU: the hours are what a GPU would take)")
     lines += ["", *gpu_lines(campaign)]
+    if notes := block_length_notes(campaign, {b: e.size for b, e in estimates.items()}):
+        lines += ["", "block lengths on block-causal backbones (docs/METHODS.md, \"Block-causal "
+                  "backbones\"):"] + [f"  - {n}" for n in notes]
     lines += ["", "assumptions:"] + [f"  - {a}" for a in assumptions(
         campaign, gpu, parallel_tokens, prompt_override, {b: e.size for b, e in estimates.items()})]
     missing = [b for b in campaign.backbones if (p := campaign.checkpoint_path(b)) is not None

@@ -153,3 +153,22 @@ def test_the_estimate_prices_a_block_causal_moe_checkpoint_by_both(tmp_path):
     want = gpu.hours(4 * 2 * active * rows, True) + gpu.hours(2 * active * rows, False)
     assert est.hours["generate"] == pytest.approx(want)
     assert not math.isclose(est.hours["generate"], want * est.size.total / active)
+
+
+def test_plan_states_what_a_block_length_means_on_a_block_causal_backbone(capsys):
+    """A sampler's block_length that does not divide a block-causal backbone's block size is one
+    sub-block, the whole active block (docs/METHODS.md, dlmpipe/blockwise.py): the plan says so
+    for each (method, backbone) it changes, and for no other (blocks of 32 on blocks of 32, any
+    block on the bidirectional LLaDA-MoE); the cost model prices it as that block."""
+    from dlmpipe.cli import main
+
+    assert main(["plan", str(REPO / "configs" / "moe.yaml")]) == 0
+    out = capsys.readouterr().out
+    notes = out.split("block lengths on block-causal backbones")[1].split("\n\n")[0].splitlines()[1:]
+    assert {tuple(re.match(r"  - (\S+) on (\S+): sampler\.block_length (\d+) ", n).groups())
+            for n in notes} == {(m, b, "64") for m in ("dinfer-hierarchy", "dinfer-credit")
+                                for b in ("llada2-mini", "llada2-flash")}
+    assert all("one sub-block, the whole active block of 32" in n for n in notes)
+    as64 = cost.decode_cost(method({"name": "dinfer_hierarchy", "block_length": 64}), 50, block_size=32)
+    as32 = cost.decode_cost(method({"name": "dinfer_hierarchy", "block_length": 32}), 50, block_size=32)
+    assert as64 == as32
