@@ -43,9 +43,7 @@ class Checkpoint:
 def find_checkpoint(spec: str) -> Checkpoint:
     """``shipped:<name>`` (a checkpoint shipped with dlmpipe, checked against its record) or a
     local checkpoint directory."""
-    import dataclasses
-
-    from .backbones.identity import TOY, checkpoint_identity
+    from .backbones.identity import checkpoint_identity, shipped_identity
 
     if spec.startswith(SHIPPED):
         from .backbones.shipped import read_record, shipped_path
@@ -53,7 +51,7 @@ def find_checkpoint(spec: str) -> Checkpoint:
         name = spec[len(SHIPPED):]
         path = shipped_path(name)
         return Checkpoint(path, read_record(name)["sha256"],
-                          dataclasses.replace(TOY, source=f"shipped {name}"))
+                          shipped_identity(path, f"shipped {name}"))
     path = Path(spec).expanduser()
     return Checkpoint(path, None, checkpoint_identity(path))
 

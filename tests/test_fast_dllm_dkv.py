@@ -164,12 +164,11 @@ def test_the_default_campaign_keeps_every_cache_and_the_baselines_with_valid_blo
     from .workflow import REPO
 
     c = load_campaign([REPO / "config.yaml"])  # validation checks blocks tile gen_length
-    # every cache family in the default campaign (issue: dropping methods keeps every family)
-    # (but Fast-dLLM v2's block + sub-block cache: the default toy attends bidirectionally)
+    # every cache family in the default campaign (issue: dropping methods keeps every family;
+    # Fast-dLLM v2's block + sub-block cache on the block-diffusion toy)
     # (dInfer's vicinity cache, issue 33, is planned in configs/frontier.yaml, not here: adding it
     # would change the stored toy expectations)
-    assert {m["cache"]["name"] for m in c.methods.values()} == set(registry.CACHES) - {
-        n for n, e in registry.CACHES.items() if e.needs_block_causal} - {"dinfer_vicinity"}
+    assert {m["cache"]["name"] for m in c.methods.values()} == set(registry.CACHES) - {"dinfer_vicinity"}
     for name in ("fast-dllm-dual", "fast-dllm-parallel", "dkv-decode", "dkv-greedy", "llada-confidence"):
         assert name in c.methods
     assert c.methods["fast-dllm-parallel"]["sampler"]["tau"] == 0.9

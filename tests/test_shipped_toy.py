@@ -44,6 +44,44 @@ def test_the_default_campaign_decodes_the_shipped_toy_with_its_hashes_pinned():
     assert sum(f.stat().st_size for f in TOY.iterdir()) < 5_000_000
 
 
+def test_the_default_campaign_decodes_the_block_toy_in_sdars_format_beside_the_toy():
+    """The block-diffusion toy (issue 32): pinned like the toy, in SDAR's released format, so it
+    loads through the sdar family (block-causal over blocks of 8, per-head q/k norms, mask
+    <|MASK|>), and the campaign knows it as block-causal (the release loops bind to it)."""
+    from dlmpipe import registry
+    from dlmpipe.backbones.identity import checkpoint_identity
+
+    block = SHIPPED_DIR / "toy_block"
+    campaign = load_campaign([REPO / "config.yaml"])
+    backbone = campaign.config["backbones"]["toy_block"]
+    record = read_record("toy_block")
+    assert backbone["shipped"] == "toy_block" and campaign.checkpoint_path("toy_block") == block
+    assert backbone["sha256"] == record["sha256"] == weight_sha256(block) == campaign.weight_sha256("toy_block")
+    assert record["options"]["block_size"] == 8 and "stale_kv" not in record["options"]
+    config = json.loads((block / "config.json").read_text())
+    assert (config["model_type"], config["architectures"], config["block_size"]) == (
+        "sdar", ["SDARForCausalLM"], 8)
+    assert checkpoint_identity(block).family == "sdar"
+    model = load_backbone(block, sha256=record["sha256"])
+    assert (model.cfg.family, model.cfg.block_size, model.cfg.qk_norm, model.cfg.logit_shift) == (
+        "sdar", 8, True, False)
+    assert model.cfg.n_layers == record["options"]["n_layers"]
+    assert sum(p.numel() for p in model.model.parameters()) == record["stats"]["parameters"]
+    assert model.tokenizer.convert_ids_to_tokens(model.cfg.mask_id) == "<|MASK|>"
+    # the toy stays the LLaDA-format toy; the release loops run on the block toy only (the
+    # campaign refuses them on a full-attention backbone, so it must know the block toy's family)
+    from dlmpipe.backbones.families import family
+    from dlmpipe.campaign.backbones import Checkpoints
+
+    checkpoints = Checkpoints(campaign.config["backbones"])
+    assert checkpoints.identity("toy").family == "llada" and checkpoints.identity("toy").names == ()
+    assert family(checkpoints.identity("toy_block").family).attention == "block_causal"
+    assert registry.attention_problems(campaign.method("sdar", "toy_code", "toy_block"), "full")
+    assert {m for _, t, m in campaign.decoding_jobs() if _ == "toy_block"} >= {"sdar", "fast-dllm-v2",
+                                                                              "llada-confidence"}
+    assert sum(f.stat().st_size for f in block.iterdir()) < 2_000_000
+
+
 def test_a_shipped_checkpoint_without_pins_is_checked_against_its_record(tiny_config):
     tiny_config["backbones"] = {"toy": {"shipped": "toy"}}
     assert Campaign(tiny_config).weight_sha256("toy") == read_record("toy")["sha256"]

@@ -1,6 +1,6 @@
-"""The default campaign's picture on the shipped toy, as config.yaml states it beside each method
-(`# toy: ...`), and the stored expected results (tests/data/toy_expected.json: qualities and
-per-sample token hashes).
+"""The default campaign's picture on the shipped toys, as config.yaml states it beside each method
+(`# toy: ...` on the full-attention toy, `# toy_block: ...` on the block-diffusion one), and the
+stored expected results (tests/data/toy_expected.json: qualities and per-sample token hashes).
 
 One module-scoped run decodes and scores every default method on both tasks through the
 workflow's job functions (tests/toy_expected.py), on the first SAMPLES samples of each task to
@@ -20,7 +20,7 @@ import pytest
 
 from dlmpipe.backbones.shipped import read_record
 
-from .toy_expected import default_campaign, differences, read_expected, run
+from .toy_expected import default_campaign, differences, key, read_expected, run, shipped_backbones
 from .workflow import REPO
 
 SAMPLES = 20  # of each task's 40
@@ -35,8 +35,9 @@ CLASSES = {
 }
 
 
-def parse_expectations(text: str, methods: dict[str, str]) -> dict[tuple[str, str], str]:
-    """``{(method, task): class}`` from config.yaml's ``# toy: ...`` lines, each inside a method's
+def parse_expectations(text: str, methods: dict[str, str], backbone: str = "toy") -> dict[tuple[str, str], str]:
+    """``{(method, task): class}`` from config.yaml's ``# <backbone>: ...`` lines (``# toy:``,
+    ``# toy_block:``), each inside a method's
     block under ``methods:``. A line holds entries separated by ``;``, each an optional expanded
     method name (for a sweep's points; default: every method of the block) then either a class
     (both tasks) or ``task class`` pairs separated by commas; text in parentheses is commentary.
@@ -54,7 +55,7 @@ def parse_expectations(text: str, methods: dict[str, str]) -> dict[tuple[str, st
         if (m := re.match(r"^  ([A-Za-z0-9][\w.+-]*):", line)):
             base = m.group(1)
             continue
-        m = re.match(r"^\s+# toy: (.*)$", line)
+        m = re.match(rf"^\s+# {re.escape(backbone)}: (.*)$", line)
         if not m or base is None:
             continue
         spec = re.sub(r"\([^)]*\)", "", m.group(1))
@@ -66,7 +67,7 @@ def parse_expectations(text: str, methods: dict[str, str]) -> dict[tuple[str, st
             pairs = [(t, words[0]) for t in TASKS] if len(words) == 1 else list(zip(words[::2], words[1::2]))
             for name in targets:
                 for task, cls in pairs:
-                    assert task in TASKS and cls in CLASSES, f"config.yaml `# toy: {m.group(1)}`: {entry!r}"
+                    assert task in TASKS and cls in CLASSES, f"config.yaml `# {backbone}: {m.group(1)}`: {entry!r}"
                     out[(name, task)] = cls
     return out
 
@@ -77,8 +78,10 @@ def campaign():
 
 
 @pytest.fixture(scope="module")
-def expectations(campaign):
-    return parse_expectations((REPO / "config.yaml").read_text(), dict(campaign.origin))
+def expectations(campaign) -> dict[str, dict[tuple[str, str], str]]:
+    """Per shipped backbone of the default campaign, what config.yaml states."""
+    text = (REPO / "config.yaml").read_text()
+    return {b: parse_expectations(text, dict(campaign.origin), b) for b in shipped_backbones(campaign)}
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +98,15 @@ def measured(tmp_path_factory):
 
 
 def test_every_default_method_states_its_behaviour_on_the_toy(campaign, expectations):
-    missing = [f"{m} on {t}" for m in campaign.methods for t in TASKS if (m, t) not in expectations]
-    assert not missing, ("config.yaml states no expected behaviour on the toy for " + ", ".join(missing)
-                         + ": add `    # toy: exact|near|lossy` to the method's block")
+    """Every method on every shipped toy it decodes, and only there (the default campaign
+    decodes both: the full-attention toy and the block-diffusion one)."""
+    assert shipped_backbones(campaign) == list(campaign.backbones) == ["toy", "toy_block"]
+    for b, stated in expectations.items():
+        runs = {(m, t) for t in TASKS for m in campaign.methods_on(b, t)}
+        missing = sorted(f"{m} on {t}" for m, t in runs - set(stated))
+        assert not missing, (f"config.yaml states no expected behaviour on {b} for " + ", ".join(missing)
+                             + f": add `    # {b}: exact|near|lossy` to the method's block")
+        assert set(stated) <= runs, f"config.yaml states {b} verdicts of methods that do not run there"
 
 
 def test_the_parser_reads_sweeps_tasks_and_commentary():
@@ -115,17 +124,20 @@ def test_each_method_behaves_on_the_shipped_toy_as_config_says(measured, expecta
     _, measured = measured
     stored = read_expected()["results"]
     wrong = []
-    for (method, task), cls in sorted(expectations.items()):
-        key = f"{task}/{method}"
-        for quality, over in ((measured[key]["quality"], f"the first {SAMPLES} samples"),
-                              (stored[key]["quality"], "all 40 samples (stored)")):
-            if not CLASSES[cls](quality):
-                wrong.append(f"{method} on {task}: {100 * quality:.1f}% over {over}, config.yaml says {cls}")
+    for b, stated in expectations.items():
+        for (method, task), cls in sorted(stated.items()):
+            k = key(b, task, method)
+            for quality, over in ((measured[k]["quality"], f"the first {SAMPLES} samples"),
+                                  (stored[k]["quality"], "all 40 samples (stored)")):
+                if not CLASSES[cls](quality):
+                    wrong.append(f"{method} on {b} {task}: {100 * quality:.1f}% over {over}, "
+                                 f"config.yaml says {cls}")
     assert not wrong, "\n".join(wrong)
     # the classes say something: the reference is exact, and on each task some method is not
-    assert all(expectations[("llada-confidence", t)] == "exact" for t in TASKS)
-    assert all(any(c != "exact" for (m, t), c in expectations.items() if t == task) for task in TASKS)
-    assert any(c == "lossy" for c in expectations.values())
+    toy = expectations["toy"]
+    assert all(stated[("llada-confidence", t)] == "exact" for stated in expectations.values() for t in TASKS)
+    assert all(any(c != "exact" for (m, t), c in toy.items() if t == task) for task in TASKS)
+    assert any(c == "lossy" for c in toy.values())
 
 
 def test_the_stored_expected_results_are_of_the_shipped_toy_and_every_default_method(campaign):
@@ -133,7 +145,10 @@ def test_the_stored_expected_results_are_of_the_shipped_toy_and_every_default_me
     assert stored["weights_sha256"] == read_record("toy")["sha256"] == campaign.weight_sha256("toy"), (
         "tests/data/toy_expected.json is of other weights: regenerate it "
         "(PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected)")
-    want = {f"{t}/{m}" for _, t, m in campaign.decoding_jobs()}
+    assert stored["block_weights_sha256"] == {"toy_block": read_record("toy_block")["sha256"]} \
+        == {"toy_block": campaign.weight_sha256("toy_block")}, (
+        "tests/data/toy_expected.json is of other block-toy weights: regenerate it")
+    want = {key(b, t, m) for b, t, m in campaign.decoding_jobs()}
     assert set(stored["results"]) == want, (
         f"methods not in tests/data/toy_expected.json: {sorted(want - set(stored['results']))}, "
         f"no longer in config.yaml: {sorted(set(stored['results']) - want)}; regenerate it "

@@ -1,6 +1,8 @@
-"""What the default campaign (config.yaml) gives on the shipped toy: per (task, method) its
-quality and, per sample, whether it passed and the sha256 of its token ids; stored in
-tests/data/toy_expected.json, which tests/test_toy_expectations.py compares runs against.
+"""What the default campaign (config.yaml) gives on the shipped toys (the full-attention ``toy``
+and the block-diffusion ``toy_block``): per (backbone, task, method) its quality and, per sample,
+whether it passed and the sha256 of its token ids; stored in tests/data/toy_expected.json, which
+tests/test_toy_expectations.py compares runs against. Keys: ``task/method`` on ``toy``,
+``backbone/task/method`` on another shipped backbone.
 
 The run goes through the workflow's own job functions (manifest with the pinned hashes, task
 preparation, the SVD proxies, ``run_generation_job``, ``score_generations`` in the sandbox), in
@@ -10,6 +12,9 @@ Regenerate the file after adding or changing a method in config.yaml, or after s
 toy (one command from the repository root, ~3 CPU minutes for the full 40 samples per task):
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected
+
+``--backbone toy_block`` regenerates one backbone's entries and keeps the others' (a change that
+concerns one toy only).
 
 Compare a finished default campaign (``make campaign``) against it, sample for sample:
 
@@ -31,6 +36,17 @@ EXPECTED = Path(__file__).resolve().parent / "data" / "toy_expected.json"
 BACKBONE = "toy"
 
 
+def key(backbone: str, task: str, method: str) -> str:
+    """The stored entry's key: ``task/method`` on the toy (as before the block toy), else
+    ``backbone/task/method``."""
+    return f"{task}/{method}" if backbone == BACKBONE else f"{backbone}/{task}/{method}"
+
+
+def shipped_backbones(campaign) -> list[str]:
+    """The default campaign's backbones, every one a shipped toy."""
+    return [b for b, spec in campaign.config["backbones"].items() if "shipped" in spec]
+
+
 def token_hash(ids: list[int]) -> str:
     return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
 
@@ -49,10 +65,20 @@ def default_campaign():
     return load_campaign([REPO / "config.yaml"])
 
 
-def run(root: Path, limit: int | None = None, methods: list[str] | None = None) -> dict[str, dict]:
+def run(root: Path, limit: int | None = None, methods: list[str] | None = None,
+        backbones: list[str] | None = None) -> dict[str, dict]:
     """Decode and score the default campaign's methods (all, or ``methods``) on its shipped
-    toy, the first ``limit`` samples of each task (None: all), under ``root``; returns
-    ``{"task/method": entry}``. Files are laid out as a campaign's results directory."""
+    toys (all, or ``backbones``), the first ``limit`` samples of each task (None: all), under
+    ``root``; returns ``{key: entry}``. Files are laid out as a campaign's results directory."""
+    campaign = default_campaign()
+    out = {}
+    for backbone in backbones or shipped_backbones(campaign):
+        out.update(_run(campaign, backbone, root, limit, methods))
+    return out
+
+
+def _run(campaign, backbone: str, root: Path, limit: int | None, methods: list[str] | None):
+    """``run`` on one backbone."""
     import pyarrow.parquet as pq
 
     from dlmpipe.backbones.manifest import write_manifest
@@ -61,40 +87,43 @@ def run(root: Path, limit: int | None = None, methods: list[str] | None = None) 
     from dlmpipe.scoring.score import score_generations
     from dlmpipe.tasks import load_task, write_task_table
 
-    campaign = default_campaign()
-    manifest = root / "manifest.json"
-    write_manifest(campaign.checkpoint_path(BACKBONE), manifest, name=BACKBONE,
-                   dtype=campaign.config["backbones"][BACKBONE]["dtype"],
-                   sha256=campaign.weight_sha256(BACKBONE))
+    manifest = root / "backbones" / backbone / "manifest.json"
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    write_manifest(campaign.checkpoint_path(backbone), manifest, name=backbone,
+                   dtype=campaign.config["backbones"][backbone]["dtype"],
+                   sha256=campaign.weight_sha256(backbone))
     proxies = None
     out = {}
     for task in campaign.tasks:
         task_file = root / "tasks" / f"{task}.parquet"
-        write_task_table(load_task(campaign.benchmark(task), **campaign.task_options(task)), task_file)
-        for name in campaign.methods_on(BACKBONE, task):
+        if not task_file.is_file():
+            write_task_table(load_task(campaign.benchmark(task), **campaign.task_options(task)), task_file)
+        for name in campaign.methods_on(backbone, task):
             if methods is not None and name not in methods:
                 continue
-            if campaign.needs_proxies(name, BACKBONE, task) and proxies is None:
-                proxies = root / "proxies.safetensors"
+            if campaign.needs_proxies(name, backbone, task) and proxies is None:
+                proxies = root / "backbones" / backbone / "proxies.safetensors"
                 write_proxies(manifest, proxies)
-            gen = root / "generations" / BACKBONE / task / f"{name}.parquet"  # the campaign's layout
-            run_generation_job(str(manifest), str(task_file), campaign.method(name, task, BACKBONE),
+            gen = root / "generations" / backbone / task / f"{name}.parquet"  # the campaign's layout
+            run_generation_job(str(manifest), str(task_file), campaign.method(name, task, backbone),
                                str(gen), str(gen.with_suffix(".json")), seed=campaign.config["seed"],
                                device="cpu", warmup=False, limit=limit,
-                               proxies=str(proxies) if campaign.needs_proxies(name, BACKBONE, task) else None)
-            scores = root / "scores" / BACKBONE / task / f"{name}.parquet"
+                               proxies=str(proxies) if campaign.needs_proxies(name, backbone, task) else None)
+            scores = root / "scores" / backbone / task / f"{name}.parquet"
             score_generations(gen, task_file, scores, workers=1,
                               sandbox=campaign.config.get("sandbox"))
-            out[f"{task}/{name}"] = summarize(pq.read_table(scores).to_pylist())
+            out[key(backbone, task, name)] = summarize(pq.read_table(scores).to_pylist())
     return out
 
 
 def from_results(results: Path) -> dict[str, dict]:
-    """The entries of a finished campaign's score files (results/scores/toy/<task>/<method>)."""
+    """The entries of a finished campaign's score files
+    (results/scores/<backbone>/<task>/<method>, every shipped toy of the default campaign)."""
     import pyarrow.parquet as pq
 
-    return {f"{f.parent.name}/{f.stem}": summarize(pq.read_table(f).to_pylist())
-            for f in sorted((results / "scores" / BACKBONE).glob("*/*.parquet"))}
+    return {key(b, f.parent.name, f.stem): summarize(pq.read_table(f).to_pylist())
+            for b in shipped_backbones(default_campaign())
+            for f in sorted((results / "scores" / b).glob("*/*.parquet"))}
 
 
 def differences(measured: dict[str, dict], expected: dict[str, dict]) -> list[str]:
@@ -137,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", metavar="RESULTS_DIR", help="compare a finished default campaign "
                    "against the stored file instead of regenerating it")
+    p.add_argument("--backbone", action="append", default=None, help="regenerate only this "
+                   "backbone's entries (repeatable), keeping the others' stored ones")
     a = p.parse_args(argv)
     if a.check:
         problems = differences(from_results(Path(a.check)), read_expected()["results"])
@@ -148,14 +179,22 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        results = run(Path(tmp))
-    record = read_record(default_campaign().config["backbones"][BACKBONE]["shipped"])
+        results = run(Path(tmp), backbones=a.backbone)
+    campaign = default_campaign()
+    if a.backbone:  # the other backbones' entries as stored
+        kept = {k: e for k, e in read_expected()["results"].items()
+                if not any(k == key(b, *k.split("/")[-2:]) for b in a.backbone)}
+        results = {**kept, **results}
+    weights = {b: read_record(campaign.config["backbones"][b]["shipped"])["sha256"]
+               for b in shipped_backbones(campaign)}
     EXPECTED.write_text(json.dumps({
-        "about": "tests/toy_expected.py: the default campaign on the shipped toy; regenerate with "
+        "about": "tests/toy_expected.py: the default campaign on the shipped toys; regenerate with "
                  "`PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected`",
-        "weights_sha256": record["sha256"], "kernels": kernels(), "results": results}, indent=1) + "\n")
-    for key, entry in results.items():
-        print(f"{key:50s} {100 * entry['quality']:6.1f}%")
+        "weights_sha256": weights[BACKBONE], "block_weights_sha256":
+            {b: w for b, w in weights.items() if b != BACKBONE},
+        "kernels": kernels(), "results": results}, indent=1) + "\n")
+    for name, entry in results.items():
+        print(f"{name:50s} {100 * entry['quality']:6.1f}%")
     print(f"wrote {EXPECTED}")
     return 0
 

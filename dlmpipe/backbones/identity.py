@@ -19,7 +19,7 @@ from .errors import CheckpointError, read_json
 from .families import FAMILY_OF_MODEL_TYPE, family_of
 
 __all__ = ["FAMILY_OF_MODEL_TYPE", "TOY", "BackboneIdentity", "CheckpointError", "checkpoint_identity",
-           "checkpoint_names", "family_of", "read_json"]
+           "checkpoint_names", "family_of", "read_json", "shipped_identity"]
 
 
 @dataclass(frozen=True)
@@ -61,3 +61,12 @@ def checkpoint_identity(path: str | Path) -> BackboneIdentity:
 
 #: the toy backbone (dlmpipe/backbones/toy.py) is trained by the workflow in LLaDA's format
 TOY = BackboneIdentity("llada", (), "toy backbone")
+
+
+def shipped_identity(path: str | Path, source: str) -> BackboneIdentity:
+    """A shipped toy's identity: ``TOY`` for one in LLaDA's format (the toy), else what its
+    config.json says (the block toy, in SDAR's format: the sdar family, block-causal)."""
+    import dataclasses
+
+    identity = checkpoint_identity(path)
+    return dataclasses.replace(TOY if identity.family == "llada" else identity, source=source)

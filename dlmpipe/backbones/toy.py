@@ -24,6 +24,15 @@ Fast-dLLM's dual cache, dKV-Cache) fell to 10-60% where other seeds kept it abov
 on seeds 3-4, and with both at 1500 steps the seeds that had not converged (final loss 0.011 and
 0.023 where the others reached 0.002-0.003) lost there instead. Trained with both for 3000 steps,
 config.yaml gives what each default method does on toys of seeds 0-4.
+
+``block_size`` > 0 trains a block-diffusion toy instead (the shipped ``toy_block``): SDAR's layout
+(per-head q/k norms) and on-disk format (config.json with SDAR's fields, Qwen3's key names, a
+character-level tokenizer with SDAR's special tokens, mask ``<|MASK|>``), loaded by the ``sdar``
+family, with SDAR's block-diffusion objective (``_block_forward``): each sequence is laid out from
+position 0 (blocks count from there, as at inference), every block of the response is noised with
+its own mask ratio, and the noised copy's block ``b`` attends to itself and to the clean copy's
+blocks before ``b`` (the exact prefix a block-causal decode has), the clean copy block-causally
+to itself: one forward trains every block as the active block over its finished prefix.
 """
 from __future__ import annotations
 
@@ -50,6 +59,8 @@ from .weights import checkpoint_key_map
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|startoftext|>", "<|mdm_mask|>", "<|eot_id|>",
                   "<|start_header_id|>", "<|end_header_id|>"]
+#: the block toy's (SDAR's names: docs/MODELS.md)
+SDAR_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>"]
 CHARS = ["\n"] + [chr(c) for c in range(32, 127)]
 
 
@@ -68,6 +79,44 @@ def build_tokenizer(out_dir: Path):
         additional_special_tokens=SPECIAL_TOKENS[3:])
     tok.save_pretrained(str(out_dir))
     return tok
+
+
+def build_sdar_tokenizer(out_dir: Path):
+    """Character-level fast tokenizer with SDAR's special tokens (mask ``<|MASK|>``, stops
+    ``<|endoftext|>`` and ``<|im_end|>``), saved in HF format (tokenizer.json)."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SDAR_SPECIAL_TOKENS + CHARS)}
+    vocab["<unk>"] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+        mask_token="<|MASK|>", unk_token="<unk>", additional_special_tokens=SDAR_SPECIAL_TOKENS[1:3])
+    tok.save_pretrained(str(out_dir))
+    return tok
+
+
+def sdar_config_json(cfg: BackboneConfig, tok) -> dict:
+    """config.json with the fields of SDAR-4B-Chat's, at the block toy's sizes."""
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    return {
+        "architectures": ["SDARForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_sdar.SDARConfig", "AutoModel": "modeling_sdar.SDARModel",
+                     "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM"},
+        "attention_bias": False, "attention_dropout": 0.0, "block_size": cfg.block_size,
+        "bos_token_id": eos, "eos_token_id": eos,
+        "mask_token_id": tok.convert_tokens_to_ids("<|MASK|>"), "head_dim": cfg.head_dim,
+        "hidden_act": "silu", "hidden_size": cfg.d_model, "initializer_range": 0.02,
+        "intermediate_size": cfg.mlp_hidden, "max_position_embeddings": 4096,
+        "max_window_layers": cfg.n_layers, "model_type": "sdar",
+        "num_attention_heads": cfg.n_heads, "num_hidden_layers": cfg.n_layers,
+        "num_key_value_heads": cfg.n_kv_heads, "rms_norm_eps": cfg.norm_eps, "rope_scaling": None,
+        "rope_theta": cfg.rope_theta, "sliding_window": None, "tie_word_embeddings": False,
+        "torch_dtype": "float32", "use_cache": False, "use_sliding_window": False,
+        "vocab_size": cfg.vocab_size,
+    }
 
 
 def llada_config_json(cfg: BackboneConfig, tok) -> dict:
@@ -112,7 +161,8 @@ def llada_config_json(cfg: BackboneConfig, tok) -> dict:
 
 
 def save_llada_checkpoint(model: Backbone, tok, out_dir: Path, n_shards: int = 2) -> None:
-    """Write config.json, ``model-0000i-of-0000n.safetensors`` shards and the index."""
+    """Write config.json, ``model-0000i-of-0000n.safetensors`` shards and the index (the family's
+    key names; SDAR's config.json and generation_config.json for a block toy)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     native_to_ckpt = {v: k for k, v in checkpoint_key_map(model.cfg).items()}
     tensors = {native_to_ckpt[n]: p.detach().contiguous().clone()
@@ -128,7 +178,13 @@ def save_llada_checkpoint(model: Backbone, tok, out_dir: Path, n_shards: int = 2
         total += sum(t.numel() * t.element_size() for t in chunk.values())
     atomic_write_json(out_dir / "model.safetensors.index.json",
                       {"metadata": {"total_size": total}, "weight_map": weight_map})
-    atomic_write_json(out_dir / "config.json", llada_config_json(model.cfg, tok))
+    if model.cfg.family == "sdar":
+        atomic_write_json(out_dir / "config.json", sdar_config_json(model.cfg, tok))
+        eos, im_end = (tok.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>"))
+        atomic_write_json(out_dir / "generation_config.json",
+                          {"bos_token_id": eos, "eos_token_id": [im_end, eos], "pad_token_id": eos})
+    else:
+        atomic_write_json(out_dir / "config.json", llada_config_json(model.cfg, tok))
 
 
 def _batch(rng: random.Random, tok, tasks: list[str], batch: int, gen_len: int, pad_id: int):
@@ -148,6 +204,52 @@ def _batch(rng: random.Random, tok, tasks: list[str], batch: int, gen_len: int, 
         ids[i, plen:] = torch.tensor(a)
         key_mask[i, plen - len(p):] = True
     return ids, key_mask, plen
+
+
+def _block_batch(rng: random.Random, tok, tasks: list[str], batch: int, gen_len: int, pad_id: int):
+    """Prompts + answers padded with EOS to ``gen_len``, each sequence from position 0 (blocks
+    count from there, as at inference), right-padded to the longest; the key mask and the
+    response positions."""
+    rows = []
+    for _ in range(batch):
+        ex = GENERATORS[rng.choice(tasks)](rng)
+        p = tok(ex["prompt"], add_special_tokens=False)["input_ids"]
+        a = tok(ex["answer"], add_special_tokens=False)["input_ids"][:gen_len]
+        rows.append((p, a + [pad_id] * (gen_len - len(a))))
+    t = max(len(p) + len(a) for p, a in rows)
+    ids = torch.full((batch, t), pad_id, dtype=torch.long)
+    key_mask = torch.zeros((batch, t), dtype=torch.bool)
+    response = torch.zeros((batch, t), dtype=torch.bool)
+    for i, (p, a) in enumerate(rows):
+        ids[i, :len(p) + len(a)] = torch.tensor(p + a)
+        key_mask[i, :len(p) + len(a)] = True
+        response[i, len(p):len(p) + len(a)] = True
+    return ids, key_mask, response
+
+
+def _block_forward(model: Backbone, noisy: torch.Tensor, clean: torch.Tensor,
+                   key_mask: torch.Tensor) -> torch.Tensor:
+    """SDAR's training forward: ``[noisy || clean]`` at the same positions; a noisy row of block
+    ``b`` attends to the noisy rows of block ``b`` and the clean rows of blocks before ``b``, a
+    clean row to the clean rows of blocks up to its own (``model.attention_mask``). Returns the
+    noisy rows' logits."""
+    t = noisy.shape[1]
+    pos = torch.arange(t)
+    rope = model.rope(torch.cat([pos, pos]))
+    blk = pos // model.cfg.block_size
+    same = blk[:, None] == blk[None, :]
+    prefix = model.attention_mask(pos, pos)  # the key's block not after the query's
+    mask = torch.cat([torch.cat([same, prefix & ~same], 1),
+                      torch.cat([torch.zeros_like(same), prefix], 1)], 0)
+    attn_mask = mask[None, None] & torch.cat([key_mask, key_mask], 1)[:, None, None, :]
+    h = model.embed(torch.cat([noisy, clean], 1))
+    for i in range(model.cfg.n_layers):
+        q, k, v = model.qkv(i, h, rope)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        b, hh, tt, hd = o.shape
+        mid = h + model.attn_output(i, o.transpose(1, 2).reshape(b, tt, hh * hd))
+        h = mid + model.ffn(i, mid)
+    return model.logits(h[:, :t])
 
 
 def _masked_forward(model: Backbone, ids: torch.Tensor, key_mask: torch.Tensor,
@@ -243,6 +345,29 @@ def _reused_rows(ids: torch.Tensor, noisy: torch.Tensor, key_mask: torch.Tensor,
     return earlier, rows, reused
 
 
+def _block_loss(model: Backbone, ids: torch.Tensor, key_mask: torch.Tensor, response: torch.Tensor,
+                mask_id: int) -> torch.Tensor:
+    """The block-diffusion loss: every block's response positions masked with the block's own
+    ratio t (in [0.05, 1]), cross-entropy / t over the masked ones, per response token."""
+    b, t = ids.shape
+    blocks = -(-t // model.cfg.block_size)
+    ratio = 0.05 + 0.95 * torch.rand(b, blocks)
+    ratio = ratio.repeat_interleave(model.cfg.block_size, dim=1)[:, :t]
+    masked = (torch.rand(ids.shape) < ratio) & response
+    noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
+    logits = _block_forward(model, noisy, ids, key_mask)
+    ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
+    return (ce / ratio[masked]).sum() / response.sum()
+
+
+def _step(model: Backbone, opt, sched, loss: torch.Tensor) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+
+
 def training_environment(threads: int) -> dict:
     """What decides a trained toy's exact bits besides its options: the kernels torch picks."""
     return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -286,11 +411,12 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
               d_model: int = 128, n_layers: int = 4, n_heads: int = 4, mlp_hidden: int = 384,
               gen_length: int = 16, lr: float = 3e-3, threads: int = 2, pretrain_fraction: float = 0.0,
               stale_kv: float = 0.0, stale_rows: float = 0.0,
-              tasks: tuple[str, ...] = ("toy_code", "toy_arith"), log=print,
+              block_size: int = 0, tasks: tuple[str, ...] = ("toy_code", "toy_arith"), log=print,
               prefix_steps: int = PREFIX_STEPS, prefix_only: bool = False) -> dict:
     """Train and save the toy backbone; returns training statistics (with ``options``, every
     keyword argument above but ``log`` and the prefix ones, and ``environment``, what else
-    decides the exact bits). ``prefix``: the weights' sha256 after ``prefix_steps`` steps
+    decides the exact bits). ``block_size`` > 0: a block-diffusion toy in SDAR's format (module
+    docstring). ``prefix``: the weights' sha256 after ``prefix_steps`` steps
     (recorded in training.json; ``prefix_only`` stops there and saves nothing but the
     tokenizer: train_prefix)."""
     options = {"seed": seed, "steps": steps, "batch_size": batch_size, "d_model": d_model,
@@ -301,20 +427,31 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
         options["stale_kv"] = stale_kv
     if stale_rows:
         options["stale_rows"] = stale_rows
+    if block_size:
+        options["block_size"] = block_size
+        if stale_kv or stale_rows:
+            raise ValueError("stale_kv and stale_rows train full-attention toys only")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     rng = random.Random(f"train:{seed}")
-    tok = build_tokenizer(out_dir)
+    tok = build_sdar_tokenizer(out_dir) if block_size else build_tokenizer(out_dir)
     vocab = 128
     assert len(tok) <= vocab
     eos = tok.convert_tokens_to_ids("<|endoftext|>")
-    mask_id = tok.convert_tokens_to_ids("<|mdm_mask|>")
-    cfg = BackboneConfig(family="llada", d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-                         n_kv_heads=n_heads, mlp_hidden=mlp_hidden, vocab_size=vocab,
-                         rope_theta=10000.0, norm_eps=1e-5, qkv_bias=False, mask_id=mask_id,
-                         stop_ids=[eos], pad_id=eos)
+    if block_size:  # SDAR's layout, as the sdar family reads it back
+        mask_id = tok.convert_tokens_to_ids("<|MASK|>")
+        cfg = BackboneConfig(family="sdar", d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                             n_kv_heads=n_heads, mlp_hidden=mlp_hidden, vocab_size=vocab,
+                             rope_theta=10000.0, norm_eps=1e-6, qkv_bias=False, mask_id=mask_id,
+                             stop_ids=[eos], qk_norm=True, block_size=block_size)
+    else:
+        mask_id = tok.convert_tokens_to_ids("<|mdm_mask|>")
+        cfg = BackboneConfig(family="llada", d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                             n_kv_heads=n_heads, mlp_hidden=mlp_hidden, vocab_size=vocab,
+                             rope_theta=10000.0, norm_eps=1e-5, qkv_bias=False, mask_id=mask_id,
+                             stop_ids=[eos], pad_id=eos)
     model = Backbone(cfg)
     for name, p in model.named_parameters():
         if p.dim() == 2:
@@ -329,6 +466,19 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
     prefix = None
     losses = []
     for step in (bar := tqdm(range(steps), desc="train toy backbone", mininterval=5)):
+        if block_size:
+            loss = _block_loss(model, *_block_batch(rng, tok, list(tasks), batch_size, gen_length, eos),
+                               mask_id)
+            _step(model, opt, sched, loss)
+            losses.append(loss.item())
+            if step + 1 == min(prefix_steps, steps):
+                prefix = {"steps": step + 1, "sha256": parameter_sha256(model),
+                          "environment": prefix_environment(threads)}
+                if prefix_only:
+                    return {"prefix": prefix}
+            if step % 100 == 0:
+                bar.set_postfix(loss=f"{sum(losses[-100:]) / len(losses[-100:]):.3f}")
+            continue
         ids, key_mask, plen = _batch(rng, tok, list(tasks), batch_size, gen_length, eos)
         t = 0.05 + 0.95 * torch.rand(batch_size, 1)  # mask ratio; bounded away from 0 so 1/t stays tame
         # SFT-style rows mask only the response; pretraining-style rows mask the whole text,

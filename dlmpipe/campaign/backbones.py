@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from ..backbones.checkpoint_config import Widths, read_widths
-from ..backbones.identity import TOY, BackboneIdentity, CheckpointError, checkpoint_identity
+from ..backbones.identity import TOY, BackboneIdentity, CheckpointError, checkpoint_identity, shipped_identity
 from ..backbones.pins import sha256_problems
 from ..backbones.shipped import RECORD, SHIPPED_DIR, read_record, shipped_names
 from .hashes import HashCache
@@ -86,9 +86,14 @@ class Checkpoints:
         """The backbone's family and checkpoint names, or why config.json cannot tell them."""
         if backbone not in self._identities:
             b = self.specs[backbone]
-            if "toy" in b or "shipped" in b:  # trained by train_toy, in LLaDA's format
-                kind = "toy" if "toy" in b else f"shipped {b['shipped']}"
-                identity = dataclasses.replace(TOY, source=f"backbones.{backbone} ({kind})")
+            if "toy" in b:  # trained by train_toy in the workflow, in LLaDA's format
+                identity = dataclasses.replace(TOY, source=f"backbones.{backbone} (toy)")
+            elif "shipped" in b:  # trained by train_toy: LLaDA's format, or SDAR's (block toy)
+                try:
+                    identity = shipped_identity(checkpoint_path(b),
+                                                f"backbones.{backbone} (shipped {b['shipped']})")
+                except CheckpointError as e:
+                    identity = e
             else:
                 try:
                     identity = dataclasses.replace(checkpoint_identity(b["path"]),
