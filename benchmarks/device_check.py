@@ -23,9 +23,16 @@ checks and measures every GPU path and prints one report (also written to
 6. campaign: tests/configs/tiny.yaml end to end through Snakemake with ``device: cuda``
    (generation on the GPU, scoring on the CPU); every generate job decoded again on the CPU
    (float32: the same tokens) and with ``--compile cuda_graphs`` (the same tokens);
-7. torch.compile: Archer's cached step compiled (``mode="reduce-overhead"``) at P = 2048, in a
+7. MoE (benchmarks/device_moe.py): the MoE layer against a dense SwiGLU of the same active
+   parameters at 32..2048 rows at LLaDA-MoE's and LLaDA2.0-mini's expert counts and top-k, real
+   widths in bf16 (benchmarks/bench_moe.py's GPU version); LLaDA2.0-mini's real shapes (all 20
+   layers, random bf16 weights) decoding one block with the release loop and with a cache, ms
+   per step and peak memory; a tiny LLaDA2.0 model's float32 tokens on the GPU against the CPU;
+   batch 2 vs 1 tokens, and the layer's rows and the model's logits alone vs in a batch bit for
+   bit on CUDA (reported, not failed);
+8. torch.compile: Archer's cached step compiled (``mode="reduce-overhead"``) at P = 2048, in a
    subprocess bounded by the time left.
-8. batching: generate-job throughput at batch 16 vs 1 per method family at LLaDA-8B shapes
+9. batching: generate-job throughput at batch 16 vs 1 per method family at LLaDA-8B shapes
    (random bf16 weights; goal >= 5x for the cached methods) and the fraction of samples whose
    bf16 tokens equal batch 1's (benchmarks/bench_batching.py); part 6 also decodes the tiny
    campaign again in bf16 at batch 1 and 16 and reports identical samples and the quality change.
@@ -103,7 +110,8 @@ def header(ck: Check) -> None:
     ck.say(f"dlmpipe device check: {what}; torch {torch.__version__}; python {sys.version.split()[0]}")
     if ck.gpu:
         ck.say(f"expected on one H200: parts 1-6 about 3-4 minutes (the campaign's Snakemake run the "
-               f"longest), part 7 takes what is left of the {BUDGET_S} s budget")
+               f"longest), part 7 (MoE) about 1-1.5 minutes, part 8 takes what is left of the "
+               f"{BUDGET_S} s budget")
     ck.data["device"] = what
     ck.data["torch"] = torch.__version__
 

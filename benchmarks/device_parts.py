@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from device_moe import moe
 from device_speed import compile_step, speed_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -293,7 +294,8 @@ PARTS = {
     "syncs": ("4. host syncs per step against each method's budget", host_syncs),
     "table": ("5. prompt-length table (full / Archer cached / SPA sparse) and peak memory", speed_table),
     "campaign": ("6. tiny campaign end to end on the device, tokens against the CPU", campaign),
-    "torch_compile": ("7. torch.compile'd Archer cached step (reduce-overhead)",
+    "moe": ("7. MoE: layer vs its dense floor, LLaDA2.0-mini shapes decoded, batch invariance", moe),
+    "torch_compile": ("8. torch.compile'd Archer cached step (reduce-overhead)",
                       lambda ck: compile_step(ck) if ck.gpu else skipped_compile(ck)),
-    "batching": ("8. batched generate jobs: throughput at B=16 vs 1, bf16 tokens vs batch 1", batching),
+    "batching": ("9. batched generate jobs: throughput at B=16 vs 1, bf16 tokens vs batch 1", batching),
 }

@@ -19,13 +19,13 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
     report = (tmp_path / "device_check.txt").read_text()
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert report.startswith("dlmpipe device check: no GPU")
-    for part in ("== 1.", "== 2.", "== 3.", "== 4.", "== 5.", "== 6.", "== 7.", "== 8.", "== summary"):
+    for part in ("== 1.", "== 2.", "== 3.", "== 4.", "== 5.", "== 6.", "== 7.", "== 8.", "== 9.", "== summary"):
         assert part in report
     assert "[FAIL]" not in report and "all checks passed" in report
     data = json.loads((tmp_path / "device_check.json").read_text())
     assert data["failures"] == []
     assert set(data["timings_s"]) == {"forwards", "exactness", "compiled", "syncs", "table",
-                                      "campaign", "torch_compile", "batching", "total"}
+                                      "campaign", "moe", "torch_compile", "batching", "total"}
     # the table: both models, every prompt length, Archer and every SPA budget, positive times
     table = data["table"]
     assert {r["model"] for r in table} == {"llada-8b", "dream-7b"}
@@ -40,3 +40,15 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
     # batched decoding: the CPU-sized run checks batch invariance of each method it times
     assert set(data["batching"]) == {"full", "archer-k8", "fast-dllm-dual"}
     assert data["batching_bf16"]["samples"] == 2 and "bf16 on cpu, batch 4 vs 1" in report
+    # the MoE part (benchmarks/device_moe.py): the layer against its floor at both releases'
+    # routing, the mini-shaped decode with the release loop and a cache, batch invariance
+    assert {(r["model"], r["rows"]) for r in data["moe_layer"]} == {
+        (m, n) for m in ("LLaDA-MoE-7B-A1B", "LLaDA2.0-mini") for n in (32, 128)}
+    assert all(r["moe_ms"] > 0 and r["dense_ms"] > 0 for r in data["moe_layer"])
+    assert {"llada2-generate", "fast-dllm-parallel"} <= set(data["moe_decode"])
+    assert all(data["moe_decode"][m]["ms_per_step"] > 0 for m in ("llada2-generate", "fast-dllm-parallel"))
+    assert data["moe_decode"]["batch2_identical"] == 2
+    assert data["moe_invariance"] == {"layer_rows_differing": 0, "logits_samples_differing": 0}
+    for line in ("MoE layer vs dense SwiGLU", "LLaDA2.0-mini shapes (narrowed", "ms per step",
+                 "tiny LLaDA2.0 (8 experts", "alone vs in a batch of 4", "batch 2 vs batch 1"):
+        assert line in report
