@@ -7,6 +7,8 @@ what is compared: prompt alignment, prefill, schedule, remasking, sub-blocks, ne
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -35,7 +37,7 @@ def sdar_release(model, prompt, gen_len, *, steps, remasking, threshold, tempera
             logits = model(x[None, :hi])[0, lo:hi]
             first = max(P - lo, 0)  # rows of the prompt hold no draw (the sampler's response rows)
             probs = filtered_probs(logits[first:], temperature, top_k, 1.0)
-            tokens = draw(probs, temperature, generator)
+            tokens = draw(probs, temperature, generator, MASK_ID)
             conf = torch.full((n,), float("-inf"), dtype=torch.float64)
             conf[first:] = probs.gather(-1, tokens[:, None])[:, 0]
             masked = block == MASK_ID
@@ -158,3 +160,33 @@ def test_sdar_released_rule_rewrites_decoded_positions_once_the_count_exceeds_th
     rewritten = sum(int(a != b) for a, b in zip(x[:3].tolist(), [1, 2, 3]))
     assert x[3] == 8 and rewritten == (1 if rule == "released" else 0)
     assert s.stats()["revisions"] == rewritten
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_model_that_ranks_mask_first_still_finishes_its_block(temperature):
+    """A drawn MASK would leave its position masked forever (the block ends when no masks
+    remain): the samplers take the most probable other token instead (docs/METHODS.md §1.11);
+    here MASK holds 60% of every row, the intended token 30%."""
+    from dlmpipe.samplers.fast_dllm_v2 import FastDLLMv2Sampler
+    from dlmpipe.samplers.sdar import SDARSampler
+
+    from .models import HAND_MASK, HAND_VOCAB
+
+    samplers = [SDARSampler(remasking=r, steps=4, confidence_threshold=0.95, eb_threshold=0.35,
+                            temperature=temperature, top_k=None, top_p=1.0, rule="paper")
+                for r in ("low_confidence_dynamic", "low_confidence_static")]
+    samplers.append(FastDLLMv2Sampler(threshold=0.9, sub_block_length=2, temperature=temperature,
+                                      top_p=1.0))
+    for s in samplers:
+        x = torch.full((4,), HAND_MASK)
+        s.begin(0, 4, HAND_MASK, generator=torch.Generator().manual_seed(0))
+        for _ in range(4):
+            rows = torch.full((4, HAND_VOCAB), math.log(0.1 / (HAND_VOCAB - 2)))
+            rows[:, HAND_MASK] = math.log(0.6)
+            rows[torch.arange(4), torch.arange(1, 5)] = math.log(0.3)
+            s.step(x, rows)
+            if s.done:
+                break
+        assert s.done and HAND_MASK not in x.tolist(), (type(s).__name__, x.tolist())
+        if temperature == 0:  # the most probable other token
+            assert x.tolist() == [1, 2, 3, 4], type(s).__name__

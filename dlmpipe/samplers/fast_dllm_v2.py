@@ -52,7 +52,7 @@ class FastDLLMv2Sampler(Sampler):
         span = response[lo:hi]
         masked = span == self.mask_id
         probs = filtered_probs(logits[lo:hi], self.temperature, None, self.top_p)
-        tokens = draw(probs, self.temperature, self.generator)
+        tokens = draw(probs, self.temperature, self.generator, self.mask_id)
         confidence = probs.gather(-1, tokens[:, None])[:, 0].masked_fill(~masked, float("-inf"))
         unmask = confidence > self.threshold
         unmask[confidence.argmax()] = True

@@ -59,15 +59,22 @@ def filtered_probs(logits: Tensor, temperature: float, top_k: int | None, top_p:
     return torch.softmax(wide, dim=-1)
 
 
-def draw(probs: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
+def draw(probs: Tensor, temperature: float, generator: torch.Generator | None, mask_id: int) -> Tensor:
     """One token per row: the most probable at T = 0, else by inverse CDF with uniforms from the
-    sample's CPU generator (the same tokens on every device)."""
+    sample's CPU generator (the same tokens on every device). A row that draws MASK gets its most
+    probable other token: in the releases a drawn MASK leaves its position masked (SDAR's fixed
+    steps then end the block with it), while here a block ends when no masks remain, so a model
+    that ranks MASK first would never finish (docs/METHODS.md §1.11). Other draws are unchanged."""
     if temperature == 0:
-        return probs.argmax(-1)
-    u = to_device(torch.rand(probs.shape[:-1], dtype=torch.float64, generator=generator), probs.device)
-    cdf = torch.cumsum(probs, dim=-1)
-    return torch.searchsorted(cdf, (u * cdf[..., -1])[..., None], right=True).clamp_max(
-        probs.shape[-1] - 1)[..., 0]
+        tokens = probs.argmax(-1)
+    else:
+        u = to_device(torch.rand(probs.shape[:-1], dtype=torch.float64, generator=generator), probs.device)
+        cdf = torch.cumsum(probs, dim=-1)
+        tokens = torch.searchsorted(cdf, (u * cdf[..., -1])[..., None], right=True).clamp_max(
+            probs.shape[-1] - 1)[..., 0]
+    others = probs.clone()
+    others[..., mask_id] = -1.0
+    return torch.where(tokens == mask_id, others.argmax(-1), tokens)
 
 
 class SDARSampler(Sampler):
@@ -90,7 +97,7 @@ class SDARSampler(Sampler):
         response = x[self.prompt_len:]
         masked = response == self.mask_id
         probs = filtered_probs(logits, self.temperature, self.top_k, self.top_p)
-        tokens = draw(probs, self.temperature, self.generator)
+        tokens = draw(probs, self.temperature, self.generator, self.mask_id)
         confidence = probs.gather(-1, tokens[:, None])[:, 0]
         k = self.schedule[self.block_step] if self.block_step < len(self.schedule) else 1
         transfer = self._transfer(masked, confidence, probs, min(k, response.numel()))
