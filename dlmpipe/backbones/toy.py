@@ -360,6 +360,27 @@ def _block_loss(model: Backbone, ids: torch.Tensor, key_mask: torch.Tensor, resp
     return (ce / ratio[masked]).sum() / response.sum()
 
 
+def _masked_loss(model, rng, tok, tasks, batch_size, gen_length, eos, mask_id, pretrain_fraction,
+                 stale_kv, stale_rows, n_layers) -> torch.Tensor:
+    """One batch's loss for the full-attention toy: LLaDA's masked-diffusion objective."""
+    ids, key_mask, plen = _batch(rng, tok, list(tasks), batch_size, gen_length, eos)
+    t = 0.05 + 0.95 * torch.rand(batch_size, 1)  # mask ratio; bounded away from 0 so 1/t stays tame
+    # SFT-style rows mask only the response; pretraining-style rows mask the whole text,
+    # which supervises every position and teaches the copy/lookup circuits much sooner
+    masked = (torch.rand(ids.shape) < t) & key_mask
+    sft = torch.rand(batch_size, 1) >= pretrain_fraction
+    masked[:, :plen] &= ~sft
+    noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
+    stale = None
+    if stale_kv or stale_rows:
+        stale = (*_stale_view(ids, noisy, key_mask, plen, mask_id, stale_kv), None)
+    if stale_rows:
+        stale = _reused_rows(ids, noisy, key_mask, plen, mask_id, stale_rows, n_layers, stale[:2])
+    logits = _masked_forward(model, noisy, key_mask, stale)
+    ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
+    return (ce / t.expand_as(ids)[masked]).sum() / key_mask.sum()
+
+
 def _step(model: Backbone, opt, sched, loss: torch.Tensor) -> None:
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -469,37 +490,10 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
         if block_size:
             loss = _block_loss(model, *_block_batch(rng, tok, list(tasks), batch_size, gen_length, eos),
                                mask_id)
-            _step(model, opt, sched, loss)
-            losses.append(loss.item())
-            if step + 1 == min(prefix_steps, steps):
-                prefix = {"steps": step + 1, "sha256": parameter_sha256(model),
-                          "environment": prefix_environment(threads)}
-                if prefix_only:
-                    return {"prefix": prefix}
-            if step % 100 == 0:
-                bar.set_postfix(loss=f"{sum(losses[-100:]) / len(losses[-100:]):.3f}")
-            continue
-        ids, key_mask, plen = _batch(rng, tok, list(tasks), batch_size, gen_length, eos)
-        t = 0.05 + 0.95 * torch.rand(batch_size, 1)  # mask ratio; bounded away from 0 so 1/t stays tame
-        # SFT-style rows mask only the response; pretraining-style rows mask the whole text,
-        # which supervises every position and teaches the copy/lookup circuits much sooner
-        masked = (torch.rand(ids.shape) < t) & key_mask
-        sft = torch.rand(batch_size, 1) >= pretrain_fraction
-        masked[:, :plen] &= ~sft
-        noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
-        stale = None
-        if stale_kv or stale_rows:
-            stale = (*_stale_view(ids, noisy, key_mask, plen, mask_id, stale_kv), None)
-        if stale_rows:
-            stale = _reused_rows(ids, noisy, key_mask, plen, mask_id, stale_rows, n_layers, stale[:2])
-        logits = _masked_forward(model, noisy, key_mask, stale)
-        ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
-        loss = (ce / t.expand_as(ids)[masked]).sum() / key_mask.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        else:
+            loss = _masked_loss(model, rng, tok, tasks, batch_size, gen_length, eos, mask_id,
+                                pretrain_fraction, stale_kv, stale_rows, n_layers)
+        _step(model, opt, sched, loss)
         losses.append(loss.item())
         if step + 1 == min(prefix_steps, steps):
             prefix = {"steps": step + 1, "sha256": parameter_sha256(model),
