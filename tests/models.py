@@ -73,11 +73,14 @@ def random_prompt(length: int, seed: int) -> torch.Tensor:
 
 
 def decode_method(model: Backbone, sampler: dict, cache: dict, prompt: torch.Tensor,
-                  gen_len: int = 16, seed: int | None = None, artifacts: dict | None = None) -> DecodeResult:
+                  gen_len: int = 16, seed: int = 0, artifacts: dict | None = None) -> DecodeResult:
     """Decode one sample with ``{"sampler": sampler, "cache": cache}`` (defaults filled by the
-    registry); ``seed`` seeds the sampler's generator (temperature > 0, random orders)."""
+    registry); ``seed`` seeds the sampler's generator (temperature > 0, random orders), always:
+    two decodes compared by a test never depend on the global RNG's state (Dream's default
+    ``alg: origin`` draws which masks to unmask; unseeded, a test's outcome followed the tests
+    run before it and the thread count)."""
     s, c = build_method({"sampler": sampler, "cache": cache}, model, artifacts)
-    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
     return decode(model, s, c, prompt, gen_len, generator)
 
 
