@@ -199,7 +199,12 @@ class Backbone(nn.Module):
     def __init__(self, cfg: BackboneConfig):
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if torch.get_default_device().type == "meta":  # a checkpoint's skeleton (loading.py):
+            # no initialisation; meta normal_ imports torch._dynamo, ~3 s of every model job
+            self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model,
+                                      _weight=torch.empty(cfg.vocab_size, cfg.d_model))
+        else:
+            self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
