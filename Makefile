@@ -20,7 +20,7 @@ report: setup
 # tests/conftest.py's SPREAD_FILES lets spread. TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= auto
 test: setup
-	.venv/bin/python -m pytest -ra -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	.venv/bin/python -m pytest -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 # Everything that needs a GPU, as one prepared command (benchmarks/device_check.py): on one GPU
 # it finishes in at most 8 minutes and writes its report to OUT (default results/device_check);
