@@ -26,6 +26,8 @@ of the finished prefix (dlmpipe/blockwise.py); ``x`` then covers whole blocks.
 """
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import time
 from dataclasses import dataclass, field
@@ -99,6 +101,46 @@ class Decoding:
     def sequence(self) -> Tensor:
         """What the sampler and the cache see: ``x``, or the active block's view of it."""
         return self.x if self.blocks is None else self.blocks.active
+
+    # The sampler's view, for what inspects a decode between updates (the analyses' probes): on
+    # a block-causal backbone the sampler's actions, the cache's logits and a full forward are
+    # over the active block only (dlmpipe/blockwise.py); elsewhere over the whole response.
+    @property
+    def active_model(self):
+        """The model the cache runs on: the backbone, or the active block's ``BlockModel`` (a
+        full forward over ``sequence`` with it attends to the finished prefix's exact K/V)."""
+        return self.model if self.blocks is None else self.blocks.block_model
+
+    @property
+    def active_prompt_len(self) -> int:
+        """Rows of ``sequence`` before the positions the sampler decodes."""
+        return self.prompt_len if self.blocks is None else self.blocks.active_prompt
+
+    @property
+    def active_response(self) -> Tensor:
+        """The positions the sampler decodes now (a view of ``x``): the logits' rows."""
+        return self.sequence[self.active_prompt_len:]
+
+    @contextlib.contextmanager
+    def uncounted(self):
+        """A probe's own forwards inside are not counted among the rows the decode computed
+        (``rows_computed`` on a block-causal backbone: the ``BlockModel`` counts its queries)."""
+        if self.blocks is None:
+            yield
+            return
+        block_model = self.blocks.block_model
+        saved = block_model.query_rows
+        try:
+            yield
+        finally:
+            block_model.query_rows = saved
+
+    @property
+    def active_offset(self) -> int:
+        """Where ``active_response`` starts in ``response``."""
+        if self.blocks is None:
+            return 0
+        return self.blocks.state.start + self.blocks.active_prompt - self.prompt_len
 
     def step(self, observer: Observer | None = None) -> None:
         """One update: the cache's logits for the current state, then the sampler's step."""

@@ -63,7 +63,7 @@ def decode_with(model, sampler: dict, cache: dict, prompt, observer, seed: int =
 
 
 # ---- the shadow probe ----------------------------------------------------------------------
-FULL_PAIRS = [(s, c) for s, c in PAIRS  # the probes run on full-attention models
+FULL_PAIRS = [(s, c) for s, c in PAIRS  # on a full-attention model (block-causal: at the end)
               if not registry.attention_problems({"sampler": {"name": s}, "cache": {"name": c}}, "full")]
 
 
@@ -344,3 +344,66 @@ def test_drift_records_count_what_changed():
         for layer in range(model.cfg.n_layers):
             assert by[(update, layer, "proxy")]["mean_similarity"] == pytest.approx(
                 by[(update, layer, "value")]["mean_similarity"], abs=1e-5)
+
+
+# ---- the probes on a block-causal backbone (the sampler's view: the active block) -----------
+def _block_model():
+    return tiny_backbone("sdar", seed=4, n_layers=2, scale=1.5, stop_ids=[])
+
+
+@pytest.mark.parametrize("observer", ["shadow", "drift"])
+def test_the_probes_leave_a_block_causal_decode_bit_identical(observer):
+    """A probed block-causal decode equals the unprobed one: tokens, logits, every statistic
+    (``rows_computed`` included: the probes' own full forwards over the active block are not
+    the decode's), update by update; the probe records updates of every block."""
+    model = _block_model()
+    prompt = random_prompt(11, 3)  # ends inside a block: the first block has a prompt part
+    plain = Recorder()
+    ref, _, ref_gen = decode_with(model, SABER, {"name": "archer", "K": 4}, prompt, plain, gen_len=24)
+    probe = ShadowProbe(steps="all").start("b") if observer == "shadow" else DriftProfile()
+    probed = Recorder(probe)
+    got, _, got_gen = decode_with(model, SABER, {"name": "archer", "K": 4}, prompt, probed, gen_len=24)
+    assert torch.equal(got.response, ref.response) and got.stats == ref.stats
+    assert ref.stats["block_forwards"] >= 3
+    for (la, xa, ca), (lb, xb, cb) in zip(probed.steps, plain.steps, strict=True):
+        assert torch.equal(la.nan_to_num(), lb.nan_to_num()) and torch.equal(xa, xb) and ca == cb
+    assert torch.equal(got_gen.get_state(), ref_gen.get_state())
+    if observer == "shadow":
+        assert len(probe.records) == ref.stats["steps"]
+        assert max(r["masked"] for r in probe.records) <= model.cfg.block_size
+    else:  # compared within a block: never more rows than the block decodes, never across two
+        assert probe.records and max(r["tokens"] for r in probe.records) <= model.cfg.block_size
+
+
+def test_k1_on_a_block_causal_backbone_shows_zero_action_disagreement():
+    """The shadow instrument's check on the active block: Archer K = 1 recomputes after every
+    change, so the fresh logits (a full forward of the block over the finished prefix's exact
+    K/V) are the cache's own and every action and next state agree."""
+    model = _block_model()
+    for seed in range(2):
+        probe = ShadowProbe(steps="all").start(str(seed))
+        result, _, _ = decode_with(model, SABER, {"name": "archer", "K": 1}, random_prompt(11, seed),
+                                   probe, seed, gen_len=24)
+        assert result.stats["cached_forwards"] == 0 and len(probe.records) == result.stats["steps"]
+        assert not any(r["action_differs"] for r in probe.records)
+        assert all(r["next_state_distance"] == 0 for r in probe.records)
+        assert max(r["logit_drift_max"] for r in probe.records) < 1e-5
+
+
+def test_a_branch_point_in_a_later_block_names_its_position_in_the_whole_response():
+    """The acceptance watch reads the active block's logits and actions; the branch point's
+    position is the token's place in the response (what the branches follow), not in the block."""
+    model = _block_model()
+    s, c = build_method({"sampler": SABER, "cache": {"name": "archer", "K": 4}}, model)
+    with torch.inference_mode():
+        run = Decoding(model, s, c, random_prompt(11, 0), 24, torch.Generator().manual_seed(0))
+        while run.active_offset == 0:  # into the second block
+            run.step()
+        watch = AcceptanceWatch(0.0)
+        run.step(watch)
+    point = watch.found
+    assert point is not None and point.position >= model.cfg.block_size - 11 % model.cfg.block_size
+    assert int(run.response[point.position]) == point.token
+    s, c = build_method({"sampler": SABER, "cache": {"name": "archer", "K": 4}}, model)
+    point, branches = intervene(model, s, c, random_prompt(11, 0), 24, torch.Generator().manual_seed(0), 0.0)
+    assert point is not None and set(branches) == {"fresh", "cached"}

@@ -63,11 +63,18 @@ class DriftProfile(Observer):
 
     def start(self) -> "DriftProfile":
         self.previous: list[dict[str, Tensor]] | None = None
+        self.offset = 0  # where the compared rows start in the response (block-causal: the block)
         self.records: list[dict] = []
         return self
 
     def before_update(self, run: Decoding, logits: Tensor) -> None:
-        states = layer_states(run.model, run.x, run.prompt_len, self.proxy_weights)
+        # the sampler's view: on a block-causal backbone the active block's rows (a full forward
+        # over it attends to the finished prefix's exact K/V), compared within a block only
+        with run.uncounted():
+            states = layer_states(run.active_model, run.sequence, run.active_prompt_len,
+                                  self.proxy_weights)
+        if run.active_offset != self.offset:
+            self.previous, self.offset = None, run.active_offset
         if self.previous is not None:
             keys, values = [], []
             for layer, (now, before) in enumerate(zip(states, self.previous)):

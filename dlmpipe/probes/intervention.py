@@ -33,7 +33,7 @@ BRANCHES = {"fresh": True, "cached": False}  # branch -> force_next(refresh)
 @dataclass
 class BranchPoint:
     update: int          # updates done when the state was cloned (the accepting update's count)
-    position: int        # response position of the selected token
+    position: int        # response position of the selected token (in the whole response)
     token: int
     confidence: float
 
@@ -47,11 +47,13 @@ class AcceptanceWatch(Observer):
         self.found: BranchPoint | None = None
 
     def before_update(self, run: Decoding, logits: Tensor) -> None:
-        self.before = run.response.to("cpu", copy=True)
+        # the sampler's view (the active block on a block-causal backbone): the logits' rows
+        self.view, self.offset = run.active_response, run.active_offset
+        self.before = self.view.to("cpu", copy=True)
         self.logits = logits
 
     def after_update(self, run: Decoding) -> None:
-        after = run.response.cpu()
+        after = self.view.cpu()  # (the block loop may have moved on to the next block)
         action = Action.of(run.sampler, self.before, after, run.model.cfg.mask_id)
         held = after[action.accepted] == action.tokens
         positions, tokens = action.accepted[held], action.tokens[held]
@@ -61,7 +63,8 @@ class AcceptanceWatch(Observer):
         p = torch.softmax(rows, dim=-1).gather(-1, tokens.to(rows.device)[:, None])[:, 0].cpu()
         best = int(torch.argmax(p))  # the first maximum: the leftmost of equally confident ones
         if float(p[best]) >= self.threshold:
-            self.found = BranchPoint(run.updates, int(positions[best]), int(tokens[best]), float(p[best]))
+            self.found = BranchPoint(run.updates, self.offset + int(positions[best]),
+                                     int(tokens[best]), float(p[best]))
 
 
 @dataclass

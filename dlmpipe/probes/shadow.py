@@ -96,11 +96,16 @@ class ShadowProbe(Observer):
         self.anchor: Tensor | None = None
         self.anchor_update = 0
         self.cached_seen = 0
+        self.view_offset = 0
         self.pending: dict | None = None
         return self
 
     def before_update(self, run: Decoding, logits: Tensor) -> None:
-        t, response = run.updates, run.response
+        # the sampler's view: the active block on a block-causal backbone, whose cache starts
+        # afresh (statistics, anchor) with each block
+        t, response = run.updates, run.active_response
+        if run.active_offset != self.view_offset:
+            self.view_offset, self.cached_seen, self.anchor = run.active_offset, 0, None
         served = run.cache.stats.cached_forwards
         cached, self.cached_seen = served > self.cached_seen, served
         distance = 0 if self.anchor is None else hamming(response, self.anchor)
@@ -110,15 +115,18 @@ class ShadowProbe(Observer):
         self.pending = None
         if not (cached or self.steps == "all") or self.rng.random() >= self.rate:
             return
-        fresh = full_response_logits(run.model, run.x, run.prompt_len, run.sampler.shadow_block())
+        model, seq, p_len = run.active_model, run.sequence, run.active_prompt_len
+        with run.uncounted():
+            fresh = full_response_logits(model, seq, p_len, run.sampler.shadow_block())
         shadow = copy.deepcopy(run.sampler, shared_model_memo(run.model))
-        x_fresh = run.x.clone()
+        x_fresh = seq.clone()
         shadow.step(x_fresh, fresh)
         before = response.to("cpu", copy=True)  # the main update changes response in place
-        fresh_next = x_fresh[run.prompt_len:].cpu()
+        fresh_next = x_fresh[p_len:].cpu()
         served_rows = torch.isfinite(logits).all(-1)
         diff = (fresh[served_rows].float() - logits[served_rows].float()).abs()
         self.pending = {
+            "view": response,  # the positions this update decodes (a view of the sequence)
             "update": t, "cached": cached, "anchor_distance": distance, "cache_age": age,
             "masked": int((before == run.model.cfg.mask_id).sum()),
             "before": before, "fresh_next": fresh_next,
@@ -131,7 +139,7 @@ class ShadowProbe(Observer):
         p, self.pending = self.pending, None
         if p is None:
             return
-        main_next = run.response.cpu()
+        main_next = p.pop("view").cpu()  # (the block loop may have moved on to the next block)
         main = Action.of(run.sampler, p.pop("before"), main_next, run.model.cfg.mask_id)
         fresh: Action = p.pop("fresh")
         accepted_differs = not torch.equal(main.accepted, fresh.accepted)
