@@ -27,7 +27,6 @@ of the finished prefix (dlmpipe/blockwise.py); ``x`` then covers whole blocks.
 from __future__ import annotations
 
 import contextlib
-
 import copy
 import time
 from dataclasses import dataclass, field
@@ -121,6 +120,13 @@ class Decoding:
         """The positions the sampler decodes now (a view of ``x``): the logits' rows."""
         return self.sequence[self.active_prompt_len:]
 
+    @property
+    def active_offset(self) -> int:
+        """Where ``active_response`` starts in ``response``."""
+        if self.blocks is None:
+            return 0
+        return self.blocks.state.start + self.blocks.active_prompt - self.prompt_len
+
     @contextlib.contextmanager
     def uncounted(self):
         """A probe's own forwards inside are not counted among the rows the decode computed
@@ -134,13 +140,6 @@ class Decoding:
             yield
         finally:
             block_model.query_rows = saved
-
-    @property
-    def active_offset(self) -> int:
-        """Where ``active_response`` starts in ``response``."""
-        if self.blocks is None:
-            return 0
-        return self.blocks.state.start + self.blocks.active_prompt - self.prompt_len
 
     def step(self, observer: Observer | None = None) -> None:
         """One update: the cache's logits for the current state, then the sampler's step."""
