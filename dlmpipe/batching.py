@@ -16,11 +16,10 @@ embedding, then per layer norm and projections, attention, output, FFN, then the
 own rows at its own positions, so prompts of different lengths need no padding.
 
 Row-wise primitives (norms, projections, FFN, head, embedding) are bitwise row-invariant on the
-CPU in float32, at any thread count, because the Backbone runs each projection on a multiple of
-``model.GEMM_ROW_MULTIPLE`` rows and its SiLU without scalar tails (measured; model.py). Attention
-is not row-wise: slots whose queries and keys have the same shapes are stacked along the batch
-axis (SDPA's result per batch entry does not depend on the others: measured, with more than one
-thread once the query rows are a multiple of 4, which ``attend`` pads); other shapes run as
+CPU at any thread count by construction: the Backbone runs them in calls of one fixed shape
+(dlmpipe/backbones/rowwise.py). Attention is not row-wise: slots whose queries and keys have the
+same shapes are stacked along the batch axis (SDPA's CPU kernel computes each batch entry and
+head as its own task, over query chunks of one fixed size: rowwise.attend); other shapes run as
 their own calls. Padding keys with a key mask is
 not bitwise-safe (measured on the CPU: the masked kernel changes the last bits), so it is only
 used on CUDA in bf16/fp16 (``pad_attention``), where one call beats many launches and batch

@@ -4,8 +4,9 @@ of each attention pattern; ``pairings_for``), with prompts of different lengths 
 
 The reference is the plain batch-1 ``decode``; the batched runs use B = 3 and B = 8 slots over
 10 samples. Float32 on the CPU: any row whose result depended on how many rows share a call
-would show up as a different token somewhere in this matrix (it did, before the Backbone padded
-projections of fewer than 4 rows: tests below pin that primitive too).
+would show up as a different token somewhere in this matrix (it did, before the Backbone ran its
+row-wise primitives in calls of one fixed shape, dlmpipe/backbones/rowwise.py: tests below pin
+those primitives too).
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from dlmpipe import registry
-from dlmpipe.backbones.model import GEMM_ROW_MULTIPLE, linear
+from dlmpipe.backbones import rowwise
+from dlmpipe.backbones.rowwise import linear
 from dlmpipe.batching import BatchScheduler, Sample, SlotModel, decode_batched, slot_models
 from dlmpipe.decode import Observer, decode
 from dlmpipe.methods import build_method
@@ -150,25 +152,27 @@ def test_slot_model_is_the_backbone_on_one_slot():
 
 def test_cpu_projection_of_few_rows_equals_the_same_rows_in_a_large_call():
     """The primitive batch invariance rests on: a row's projection does not depend on how many
-    rows share the call. MKL's small-M sgemm path (1-3 rows, or a last thread's chunk of 1-3)
-    rounds differently; ``linear`` pads to a multiple of ``GEMM_ROW_MULTIPLE``. Fails if the
-    padding is removed or the multiple is too low."""
+    rows share the call, nor where in it the row sits. MKL picks its sgemm algorithm by the row
+    count (1-3 rows, each thread's share, the rows of a tile's remainder); ``linear`` runs every
+    call as chunks of one fixed row count (rowwise.py). Row counts 1-70 cross several chunks;
+    fails if the chunking is removed."""
     torch.manual_seed(0)
-    proj = torch.nn.Linear(128, 96)
-    for n_threads in (1, CK_THREADS):  # 2 threads: MKL splits 5-7 and 9-11 rows 4 + 1-3, 8 + 1-3
+    proj = torch.nn.Linear(128, 96).requires_grad_(False)  # inference: training takes autograd's ops
+    for n_threads in (1, CK_THREADS):
         torch.set_num_threads(n_threads)
-        for rows in range(1, 13):
+        for rows in range(1, 71):
             x = torch.randn(rows, 128)
             alone = linear(proj, x[None])[0]
             shared = linear(proj, torch.cat([torch.randn(5, 128), x, torch.randn(20, 128)])[None])[0, 5:5 + rows]
             assert torch.equal(alone, shared), (n_threads, rows)
     torch.set_num_threads(1)
-    assert GEMM_ROW_MULTIPLE % 4 == 0
-    # the bias-free projections and 2-d inputs too
-    head = torch.nn.Linear(128, 64, bias=False)
+    # the bias-free projections and 2-d inputs too, and the chunk is what the kernel computes
+    head = torch.nn.Linear(128, 64, bias=False).requires_grad_(False)
     x = torch.randn(2, 128)
     assert torch.equal(linear(head, x), linear(head, torch.cat([x, torch.randn(9, 128)]))[:2])
-    assert torch.equal(linear(head, x), F.linear(torch.cat([x, x.new_zeros(2, 128)]), head.weight)[:2])
+    r = next(n for (kind, key, t), n in rowwise.chunk_sizes().items()
+             if kind == "linear" and key[:3] == (128, 64, False) and t == 1)
+    assert torch.equal(linear(head, x), (torch.cat([x, x.new_zeros(r - 2, 128)]) @ head.weight.t())[:2])
 
 
 def test_finished_rows_leave_and_new_samples_join():
@@ -357,7 +361,7 @@ def test_each_row_wise_primitive_gives_a_row_what_it_gives_it_in_any_call(checkp
 def test_silu_of_an_element_is_the_same_in_any_call(threads):
     """The FFN's SiLU: every element as in a large call, for calls of any length, also at 3
     threads (ATen splits a call of over 32768 elements among threads at arbitrary offsets)."""
-    from dlmpipe.backbones.model import silu
+    from dlmpipe.backbones.rowwise import silu
 
     x = torch.randn(300 * 172, generator=torch.Generator().manual_seed(1)) * 4
     ref = silu(x)
@@ -372,7 +376,7 @@ def test_silu_of_an_element_is_the_same_in_any_call(threads):
 def test_stacked_attention_equals_each_call_alone_at_2_threads(checkpoint_models, threads):
     """The scheduler stacks same-shaped attention calls: each entry's result must not depend on
     the others, for any number of query rows (SDPA at 2 threads rounds 1 or 3 query rows
-    differently in a stack; ``attend`` pads them to 4)."""
+    differently in a stack; ``attend`` runs query chunks of one fixed size: rowwise.py)."""
     model = checkpoint_models["dream"]  # GQA: 4 query heads over 2 K/V heads
     g = torch.Generator().manual_seed(2)
     threads(CK_THREADS)

@@ -206,7 +206,9 @@ def test_the_golden_test_has_teeth(ckpts, family):
         a, b = loaded(ids), loaded(changed)
         ra, rb = (REFERENCES[family](ckpts[family], x) for x in (ids, changed))
     if family == "llada2":
-        assert torch.equal(a[0, :64], b[0, :64]) and (ra[0, :64] - rb[0, :64]).abs().max() == 0
+        # ours bit for bit (rowwise.py); the plain-kernel reference groups other rows with each
+        # expert in the changed call, so its rows 0-63 round differently: within float rounding
+        assert torch.equal(a[0, :64], b[0, :64]) and (ra[0, :64] - rb[0, :64]).abs().max() <= 1e-5
         assert (a[0, 64] - b[0, 64]).abs().max() > 1e-4
     else:
         assert (a[0, 0] - b[0, 0]).abs().max() > 1e-4 and (ra[0, 0] - rb[0, 0]).abs().max() > 1e-4

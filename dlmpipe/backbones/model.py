@@ -8,143 +8,15 @@ works on every family. The attention pattern is the backbone's: bidirectional, o
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import rowwise
+from .backbone_config import BackboneConfig
+from .moe import MoEFFN
+from .rowwise import linear, silu
 
-@dataclass
-class BackboneConfig:
-    family: str  # a name of families.FAMILIES
-    d_model: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    mlp_hidden: int
-    vocab_size: int
-    rope_theta: float
-    norm_eps: float
-    qkv_bias: bool
-    mask_id: int
-    stop_ids: list[int] = field(default_factory=list)
-    pad_id: int | None = None
-    logit_shift: bool = False  # Dream: logits for token j come from row j-1
-    attn_head_dim: int | None = None  # per-head width when not d_model / n_heads (Qwen3: 128)
-    qk_norm: bool = False  # RMSNorm over each query/key head before RoPE (Qwen3, SDAR)
-    tie_embeddings: bool = False  # the LM head is the embedding matrix
-    #: None: bidirectional attention; n: block-causal over blocks of n positions (position // n),
-    #: bidirectional inside a block (SDAR, Fast-dLLM v2; docs/MODELS.md)
-    block_size: int | None = None
-    #: RoPE on the first ``rope_dim`` channels of each head only, the rest passed through
-    #: (partial rotary: LLaDA2.0's ``partial_rotary_factor`` 0.5); None: the whole head
-    rope_dim: int | None = None
-    #: mixture-of-experts FFN (dlmpipe/backbones/moe.py; docs/MODELS.md): 0 experts = every layer
-    #: dense. ``dense_layers``: the layers whose FFN is a dense SwiGLU of ``mlp_hidden`` anyway
-    n_experts: int = 0
-    experts_per_token: int = 0
-    expert_hidden: int = 0
-    shared_expert_hidden: int = 0  # 0: no shared expert
-    dense_layers: list[int] = field(default_factory=list)
-    #: ``softmax_biased`` (LLaDA-MoE) or ``sigmoid_grouped`` (LLaDA2.0); moe.py states each
-    router: str = ""
-    router_bias: bool = False  # a per-expert bias added to the routing scores
-    n_group: int = 1  # grouped (group-limited) routing: experts in n_group groups ...
-    topk_group: int = 1  # ... of which each token may use topk_group
-    routed_scaling: float = 1.0  # routed experts' weights are multiplied by this
-
-    @property
-    def head_dim(self) -> int:
-        return self.attn_head_dim or self.d_model // self.n_heads
-
-    def is_moe_layer(self, layer: int) -> bool:
-        return self.n_experts > 0 and layer not in self.dense_layers
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-#: CPU projections and attention run on a multiple of this many rows (queries, for attention):
-#: MKL's sgemm computes a call of 1-3 rows with another kernel, whose sums round differently,
-#: and with more than one thread it splits the rows among the threads in chunks of multiples of
-#: 4, the last of which runs that kernel whenever the call's row count is not a multiple of 4
-#: (2 threads: calls of 5-7 and 9-11 rows; more threads, others). SDPA's CPU kernel with more
-#: than one thread likewise rounds 1 or 3 query rows differently. So a row's result would depend
-#: on how many rows share its call (measured; docs/ARCHITECTURE.md, batched decoding). Padding
-#: to a multiple of 4 keeps every row's result the same alone, in any batch, at any thread count.
-#: (Attention pads only with more than one thread: one thread's SDPA is row-invariant as it is,
-#: and padding would change how it rounds a last 32-query block of 1-3 rows, i.e. batch 1's bits.)
-GEMM_ROW_MULTIPLE = 4
-
-#: elements per call of the CPU SiLU (``silu``): a multiple of the widest vector loop (AVX-512's
-#: two 16-float vectors; 64) and below ATen's parallel grain (32768), so no call has a scalar tail
-#: or is split among threads
-SILU_CHUNK = 16384
-
-
-def _cpu_threads() -> int:
-    """Threads the CPU kernels split a call among, for the row-invariance rules below; 1 inside a
-    ``torch.compile`` trace (which cannot read it, and whose step is never batched: compile modes
-    run at batch size 1), so a compiled step pads as one thread's eager step does."""
-    return 1 if torch.compiler.is_compiling() else torch.get_num_threads()
-
-
-def _pad_rows(x: Tensor, dim: int, fill: float = 0) -> Tensor:
-    """``x`` with rows of ``fill`` appended along ``dim`` up to a multiple of ``GEMM_ROW_MULTIPLE``."""
-    pad = -x.shape[dim] % GEMM_ROW_MULTIPLE
-    if not pad:
-        return x
-    shape = list(x.shape)
-    shape[dim] = pad
-    return torch.cat([x, x.new_full(shape, fill)], dim=dim)
-
-
-def linear(proj: nn.Linear, x: Tensor) -> Tensor:
-    """``proj(x)`` over rows ``x [..., d]``, row-invariant on the CPU (``GEMM_ROW_MULTIPLE``; one
-    thread computes every call of at least 4 rows alike, so there only 1-3 rows are padded)."""
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if (x.device.type != "cpu" or rows % GEMM_ROW_MULTIPLE == 0
-            or (rows > GEMM_ROW_MULTIPLE and _cpu_threads() == 1)):
-        return proj(x)
-    out = proj(_pad_rows(x.reshape(rows, x.shape[-1]), 0))[:rows]
-    return out.reshape(*x.shape[:-1], out.shape[-1])
-
-
-def silu(x: Tensor) -> Tensor:
-    """``F.silu(x)``, element-invariant on the CPU: ATen's vectorized loop computes each full
-    pair of vectors with SIMD ``exp`` and the leftover tail of a call (its last ``numel % 16``
-    elements on AVX2, and with several threads the tail of each thread's share) with the scalar
-    ``std::exp``, which rounds differently (~4% of elements), so an element's result would depend
-    on where it falls in the call: on how many rows share it. Here every element takes the vector
-    path: the flat input is padded to a multiple of 64 and, with several threads, run in calls of
-    ``SILU_CHUNK``."""
-    return _elementwise(x, F.silu, torch.ops.aten.silu.out)
-
-
-def sigmoid(x: Tensor) -> Tensor:
-    """``torch.sigmoid(x)``, element-invariant on the CPU as ``silu`` is (the same vector/scalar
-    ``exp`` split; MoE routers' sigmoid scores, moe.py)."""
-    return _elementwise(x, torch.sigmoid, torch.ops.aten.sigmoid.out)
-
-
-def _elementwise(x: Tensor, op, op_out) -> Tensor:
-    n = x.numel()
-    if x.device.type != "cpu" or n == 0 or x.requires_grad:  # training: autograd's own
-        return op(x)
-    one_call = n <= SILU_CHUNK or _cpu_threads() == 1
-    if n % 64 == 0 and one_call and x.is_contiguous():
-        return op(x)
-    flat = x.reshape(-1)
-    if n % 64:
-        flat = torch.cat([flat, flat.new_zeros(-n % 64)])
-    if one_call:
-        out = op(flat)
-    else:
-        out = torch.empty_like(flat)
-        for lo in range(0, flat.numel(), SILU_CHUNK):
-            op_out(flat[lo:lo + SILU_CHUNK], out=out[lo:lo + SILU_CHUNK])
-    return out[:n].view(x.shape)
+__all__ = ["Backbone", "BackboneConfig", "Block", "RMSNorm"]
 
 
 class RMSNorm(nn.Module):
@@ -155,7 +27,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        x32 = x32 * torch.rsqrt(rowwise.mean_square(x32) + self.eps)  # row-invariant (rowwise.py)
         return self.weight * x32.to(x.dtype)
 
 
@@ -173,8 +45,6 @@ class Block(nn.Module):
             self.k_norm = RMSNorm(hd, cfg.norm_eps)
         self.ff_norm = RMSNorm(d, cfg.norm_eps)
         if cfg.is_moe_layer(layer):  # routed experts (+ shared ones): moe.py
-            from .moe import MoEFFN
-
             self.moe = MoEFFN(cfg)
         else:
             self.ff_gate = nn.Linear(d, cfg.mlp_hidden, bias=False)
@@ -256,7 +126,7 @@ class Backbone(nn.Module):
             self._rope_cache[positions.device] = inv_freq
         freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]
         emb = torch.cat([freqs, freqs], dim=-1)
-        return emb.cos(), emb.sin()
+        return rowwise.cos(emb), rowwise.sin(emb)  # a position's value whatever else is in the call
 
     @staticmethod
     def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -321,17 +191,11 @@ class Backbone(nn.Module):
         GQA support, which reads each K/V head for its query group in place: no per-layer copy
         of the cached K/V to H heads (docs/ARCHITECTURE.md, performance shape).
         """
-        tq = q.shape[2]
         if self.placement is not None and mask is not None:  # the mask is built on the first device
             mask = self.placement.to(mask, self.placement.stage_of(k))
-        if q.device.type == "cpu" and tq % GEMM_ROW_MULTIPLE and _cpu_threads() > 1:
-            q = _pad_rows(q, 2)  # row-invariant (GEMM_ROW_MULTIPLE; one thread already is)
-            if mask is not None and mask.dim() >= 2 and mask.shape[-2] == tq:  # padded rows attend
-                mask = _pad_rows(mask, mask.dim() - 2, True if mask.dtype == torch.bool else 0)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                           enable_gqa=self.cfg.n_heads != self.cfg.n_kv_heads)
-        b, h, _, hd = o.shape
-        return o[:, :, :tq].transpose(1, 2).reshape(b, tq, h * hd)
+        o = rowwise.attend(q, k, v, mask, enable_gqa=self.cfg.n_heads != self.cfg.n_kv_heads)
+        b, h, tq, hd = o.shape
+        return o.transpose(1, 2).reshape(b, tq, h * hd)
 
     def attention_mask(self, q_positions: Tensor, k_positions: Tensor) -> Tensor | None:
         """Which keys each query row sees, for ``attend``: None (every key) on a bidirectional

@@ -10,11 +10,11 @@ pass over the rows x top-k rows of the whole layer (on a memory-bound CPU such p
 than the products). This is the releases' own inference path (LLaDA-MoE's per-expert
 ``index_add_``, LLaDA2.0's ``moe_infer``) without their Python work on empty experts.
 
-Row invariance (model.py's ``GEMM_ROW_MULTIPLE`` rules; docs/MODELS.md, "MoE layer"): a row's
-result does not depend on which other rows share the call. The router projection and every
-expert's products go through ``model.linear`` (calls of 1-3 rows padded to 4, so MKL computes
-each row alike whatever the count an expert receives); sigmoid and SiLU through the
-element-invariant ``model.sigmoid`` / ``model.silu``; softmax and top-k are per row; and the
+Row invariance (rowwise.py; docs/MODELS.md, "MoE layer"): a row's result does not depend on
+which other rows share the call. The router projection and every expert's products go through
+``rowwise.linear`` (calls of one fixed row count, so the BLAS computes each row alike whatever
+the count an expert receives); sigmoid and SiLU through the element-invariant
+``rowwise.sigmoid`` / ``rowwise.silu``; softmax and top-k are per row; and the
 ``k`` weighted expert outputs of a row are added into it one expert after another, in ascending
 expert order (CPU ``index_add_`` adds a row's contributions in index order, whatever its thread
 count): an order set by the row's own experts, never by a reduction kernel's split. So a row
@@ -30,10 +30,10 @@ same active width when experts receive few rows each (benchmarks/bench_moe.py).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .model import BackboneConfig, linear, sigmoid, silu
+from .backbone_config import BackboneConfig
+from .rowwise import linear, matmul_rows, sigmoid, silu
 
 #: router kinds (``BackboneConfig.router``), as each release's modeling code computes them
 ROUTERS = ("softmax_biased", "sigmoid_grouped")
@@ -92,7 +92,7 @@ class MoEFFN(nn.Module):
         # unbiased scores of the chosen experts, normalised to sum 1 when k > 1 (+1e-20), then
         # times routed_scaling_factor
         w32 = self.router.weight.float()
-        logits = linear(lambda z: F.linear(z, w32), x.float())
+        logits = matmul_rows(x.float(), w32)
         scores = sigmoid(logits)
         ranked = scores + bias if bias is not None else scores
         t, g = ranked.shape[0], cfg.n_group

@@ -1,0 +1,222 @@
+"""Row-invariant CPU primitives: a row's result never depends on what else shares its call.
+
+Why: a sparse or cached update (SPA-Cache's selected rows, Archer's response rows), a batch of 8
+slots and a single sample compute the same row in calls of different sizes, and the exactness
+claims (a cache at its degenerate setting equals full recompute, SPA at any budget on an
+unchanged sequence returns the full forward's logits) and batch invariance need the same bits
+for it in every one of them (docs/ARCHITECTURE.md, "Row invariance").
+
+How, by construction rather than by one CPU's kernels:
+- matrix products (``linear``, ``matmul_rows``) and the RMS statistic of a norm run over a call's
+  rows in calls of one fixed shape: chunks of ``R`` rows, the last zero-padded. A BLAS picks its
+  algorithm by the call's shape (MKL computes 1-3 rows with a GEMV-like kernel, splits rows among
+  threads by the row count, and its AVX2 path rounds the rows of a 6-row tile's remainder
+  differently: measured), so one shape means one algorithm for every row;
+- attention runs its query rows in chunks of ``Q`` (SDPA's CPU kernel blocks queries by the
+  query count and computes a block's last 1-2 rows with another GEMM);
+- element-wise transcendental functions (SiLU, sigmoid, RoPE's cos/sin) run single-threaded over
+  a flat input padded to a multiple of 64 in calls of at most ``ELEMENT_CHUNK``: ATen computes a
+  call's (and each thread's share's) tail of ``numel % vector width`` elements with the scalar
+  function, which rounds differently from the vector one.
+A fixed shape leaves one thing to the kernel: whether the rows *within* a call are computed
+alike (a kernel's row tiles). GEMM, reduction and attention kernels are data-oblivious (which
+operations run depends on shapes, never on values), so this is checked once per process, shape
+and thread count (``_chunk``): random rows, then the same rows shifted by one position, must give
+the same bits row for row. The first chunk size in the candidates that passes is used; where
+none does, chunks of one row, which are the same call for every row whatever the kernel.
+Training (autograd) and other devices take the plain ops: nothing there claims bit-exactness.
+What is guaranteed, then: on one machine, at one thread count, a row's bits are a function of the
+row alone. Across machines and thread counts kernels differ; docs/ARCHITECTURE.md says what
+holds there.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+#: row-chunk sizes tried for matrix products and norms, preferred first (the smallest that the
+#: machine's kernels compute position-invariantly: padding a 3-row call costs a chunk)
+ROW_CHUNKS = (16, 24, 32, 48, 64)
+#: query-chunk sizes tried for attention (SDPA's CPU kernel blocks queries by 32 below 192)
+QUERY_CHUNKS = (32, 24, 16)
+#: elements per call of an element-wise function: a multiple of the widest vector loop (AVX-512's
+#: two 16-float vectors; 64) and below ATen's parallel grain (32768), so no call is split among
+#: threads or has a scalar tail
+ELEMENT_CHUNK = 16384
+
+_chosen: dict[tuple, int] = {}  # (kind, shape key, threads) -> chunk size
+
+
+def exact_path(x: Tensor) -> bool:
+    """Whether ``x`` takes the row-invariant path: CPU inference outside a compile trace."""
+    return x.device.type == "cpu" and not x.requires_grad and not torch.compiler.is_compiling()
+
+
+def chunk_sizes() -> dict[tuple, int]:
+    """The chunk sizes chosen so far in this process (kind, shape, threads -> size): for reports."""
+    return dict(_chosen)
+
+
+def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], run) -> int:
+    """The first of ``candidates`` at which ``run(n, seed)`` (``n`` fresh rows, returning them
+    shifted and unshifted through the kernel) computes every position alike, else 1."""
+    threads = torch.get_num_threads()
+    memo = (kind, key, threads)
+    if memo not in _chosen:
+        _chosen[memo] = next((n for n in candidates if _position_invariant(run, n)), 1)
+    return _chosen[memo]
+
+
+def _position_invariant(run, n: int) -> bool:
+    gen = torch.Generator().manual_seed(n)
+    for _ in range(2):
+        plain, shifted = run(n, gen)
+        if not torch.equal(shifted, torch.roll(plain, 1, dims=0)):
+            return False
+    return True
+
+
+# ---- matrix products ----------------------------------------------------------------------
+def linear(proj, x: Tensor) -> Tensor:
+    """``proj(x)`` for an ``nn.Linear`` over rows ``x [..., K]``, row-invariant on the CPU."""
+    return matmul_rows(x, proj.weight, proj.bias)
+
+
+def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)`` (``weight [N, K]``) with every row computed in a call of
+    ``R`` rows (module docstring)."""
+    if not exact_path(x) or weight.requires_grad and torch.is_grad_enabled():
+        return F.linear(x, weight, bias)
+    k, n = x.shape[-1], weight.shape[0]
+    flat = x.reshape(-1, k)
+    rows = flat.shape[0]
+    if rows == 0:
+        return F.linear(x, weight, bias)
+
+    def gemm(a: Tensor, out: Tensor) -> None:
+        if bias is None:
+            torch.mm(a, weight.t(), out=out)
+        else:
+            torch.addmm(bias, a, weight.t(), out=out)
+
+    def probe(r: int, gen: torch.Generator):
+        w = torch.randn(weight.shape, generator=gen, dtype=torch.float32).to(weight.dtype)
+        b = None if bias is None else torch.randn(n, generator=gen).to(bias.dtype)
+        a = torch.randn(r, k, generator=gen).to(x.dtype)
+        outs = [torch.empty(r, n, dtype=x.dtype) for _ in range(2)]
+        for src, out in zip((a, torch.roll(a, 1, dims=0)), outs):
+            torch.mm(src, w.t(), out=out) if b is None else torch.addmm(b, src, w.t(), out=out)
+        return outs
+
+    r = _chunk("linear", (k, n, bias is not None, x.dtype, weight.dtype), ROW_CHUNKS, probe)
+    padded = _pad_rows(flat, r)
+    out = torch.empty(padded.shape[0], n, dtype=torch.result_type(flat, weight))
+    for lo in range(0, padded.shape[0], r):
+        gemm(padded[lo:lo + r], out[lo:lo + r])
+    return out[:rows].view(*x.shape[:-1], n)
+
+
+def _pad_rows(flat: Tensor, r: int) -> Tensor:
+    pad = -flat.shape[0] % r
+    if not pad:
+        return flat.contiguous()
+    return torch.cat([flat, flat.new_zeros(pad, flat.shape[1])])
+
+
+# ---- norms --------------------------------------------------------------------------------
+def mean_square(x32: Tensor) -> Tensor:
+    """``x32.pow(2).mean(-1, keepdim=True)`` of float32 rows, each row's in a call of ``R`` rows."""
+    if not exact_path(x32):
+        return x32.pow(2).mean(-1, keepdim=True)
+    d = x32.shape[-1]
+    flat = x32.reshape(-1, d)
+    rows = flat.shape[0]
+    if rows == 0:
+        return x32.pow(2).mean(-1, keepdim=True)
+
+    def probe(r: int, gen: torch.Generator):
+        a = torch.randn(r, d, generator=gen)
+        return [a.pow(2).mean(-1, keepdim=True), torch.roll(a, 1, dims=0).pow(2).mean(-1, keepdim=True)]
+
+    r = _chunk("mean_square", (d,), ROW_CHUNKS, probe)
+    padded = _pad_rows(flat, r)
+    out = torch.empty(padded.shape[0], 1)
+    for lo in range(0, padded.shape[0], r):
+        torch.mean(padded[lo:lo + r].pow(2), -1, keepdim=True, out=out[lo:lo + r])
+    return out[:rows].view(*x32.shape[:-1], 1)
+
+
+# ---- attention ----------------------------------------------------------------------------
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: bool) -> Tensor:
+    """SDPA of ``q [B, H, Tq, hd]`` over ``k, v [B, Hkv, Tk, hd]`` (``mask`` bool ``[Tq, Tk]`` or
+    None), the query rows in calls of ``Q`` rows (padded rows attend to every key and are
+    dropped); ``[B, H, Tq, hd]``."""
+    if not exact_path(q) or (mask is not None and (mask.dim() != 2 or mask.dtype != torch.bool)):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
+    b, h, tq, hd = q.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    if tq == 0:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
+
+    def probe(n: int, gen: torch.Generator):
+        qs = torch.randn(1, h, n, hd, generator=gen).to(q.dtype)
+        ks, vs = (torch.randn(1, hkv, tk, hd, generator=gen).to(k.dtype) for _ in range(2))
+        m = None
+        if mask is not None:
+            m = torch.rand(n, tk, generator=gen) < 0.7
+            m[:, 0] = True
+        outs = []
+        for shift in (0, 1):
+            mm = None if m is None else torch.roll(m, shift, dims=0)
+            o = F.scaled_dot_product_attention(torch.roll(qs, shift, dims=2), ks, vs, attn_mask=mm,
+                                               enable_gqa=enable_gqa)
+            outs.append(o[0].transpose(0, 1))  # rows first: [n, h, hd]
+        return outs
+
+    n = _chunk("attend", (h, hkv, hd, tk, mask is not None, q.dtype), QUERY_CHUNKS, probe)
+    pad = -tq % n
+    if pad:
+        q = torch.cat([q, q.new_zeros(b, h, pad, hd)], dim=2)
+        if mask is not None:
+            mask = torch.cat([mask, mask.new_ones(pad, tk)])
+    out = torch.empty(b, h, tq + pad, hd, dtype=q.dtype)
+    for lo in range(0, tq + pad, n):
+        out[:, :, lo:lo + n] = F.scaled_dot_product_attention(
+            q[:, :, lo:lo + n], k, v, attn_mask=None if mask is None else mask[lo:lo + n],
+            enable_gqa=enable_gqa)
+    return out[:, :, :tq]
+
+
+# ---- element-wise functions ---------------------------------------------------------------
+def silu(x: Tensor) -> Tensor:
+    """``F.silu(x)``, element-invariant on the CPU (module docstring)."""
+    return _elementwise(x, F.silu, torch.ops.aten.silu.out)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """``torch.sigmoid(x)``, element-invariant on the CPU (MoE routers' scores)."""
+    return _elementwise(x, torch.sigmoid, torch.ops.aten.sigmoid.out)
+
+
+def cos(x: Tensor) -> Tensor:
+    """``torch.cos(x)``, element-invariant on the CPU (RoPE tables at explicit positions)."""
+    return _elementwise(x, torch.cos, torch.ops.aten.cos.out)
+
+
+def sin(x: Tensor) -> Tensor:
+    """``torch.sin(x)``, element-invariant on the CPU."""
+    return _elementwise(x, torch.sin, torch.ops.aten.sin.out)
+
+
+def _elementwise(x: Tensor, op, op_out) -> Tensor:
+    n = x.numel()
+    if not exact_path(x) or n == 0:
+        return op(x)
+    flat = x.reshape(-1)
+    if n % 64:
+        flat = torch.cat([flat, flat.new_zeros(-n % 64)])
+    out = torch.empty_like(flat)
+    for lo in range(0, flat.numel(), ELEMENT_CHUNK):
+        op_out(flat[lo:lo + ELEMENT_CHUNK], out=out[lo:lo + ELEMENT_CHUNK])
+    return out[:n].view(x.shape)
