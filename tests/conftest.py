@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import dlmpipe  # noqa: F401  (first: pins the CPU kernels before any torch op, dlmpipe/cpu_kernels.py)
+import dlmpipe  # noqa: F401
 import torch
 import yaml
 

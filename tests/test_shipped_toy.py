@@ -19,7 +19,8 @@ from dlmpipe.backbones.loading import load_backbone
 from dlmpipe.backbones.manifest import write_manifest
 from dlmpipe.backbones.pins import weight_sha256
 from dlmpipe.backbones.shipped import SHIPPED_DIR, read_record, shipped_names, shipped_path
-from dlmpipe.backbones.toy import prefix_environment, train_prefix, train_toy, training_environment
+from dlmpipe.backbones.toy import (fingerprint_distance, prefix_environment, train_prefix, train_toy,
+                                  training_environment)
 from dlmpipe.campaign import Campaign, load_campaign
 
 from .workflow import REPO, fake_finished_run, scheduled
@@ -243,32 +244,43 @@ def test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options
         assert (out / name).read_bytes() == (TOY / name).read_bytes(), name
 
 
+#: how far the first 100 steps' weights may move where the kernels differ from the record's
+#: (fingerprint_distance: the largest relative change of a parameter's mean or RMS). Measured:
+#: this machine's native AVX-512 kernels against MKL's AVX2 branch and ATen's AVX2 kernels moved
+#: the toy's by 1.25e-5; one training step moves them by 100x this bound or more (asserted)
+PREFIX_TOLERANCE = 2e-4
+
+
 @pytest.mark.parametrize("name", shipped_names())
 def test_the_first_training_steps_are_what_train_toy_trains_with_the_recorded_options(name):
     """The cheap retraining check of each shipped toy (its whole retraining above costs ~15 CPU
-    minutes and runs only where the recorded kernels match): training.json's ``prefix`` holds the
-    sha256 of the weights after the first ``steps`` steps of the recorded training (100; the
-    learning-rate schedule the whole training's), trained on one thread under the CPU kernels
-    importing dlmpipe pins (dlmpipe/cpu_kernels.py: the same bits on every x86-64 machine). This
-    retrains those steps and compares bit for bit: a difference means train_toy (its data, noise,
-    model, loss or optimizer) no longer trains the shipped toy. Skipped, naming what differs,
-    where the torch version, the pinned kernels or the architecture differ from the record's."""
+    minutes): training.json's ``prefix`` holds the sha256 and a fingerprint (each parameter's
+    mean and RMS) of the weights after the first ``steps`` steps of the recorded training (100;
+    the learning-rate schedule the whole training's), trained on one thread. This retrains those
+    steps: where the kernels are the record's (torch, CPU, capability, threads, MKL/ATen
+    settings), bit for bit; elsewhere by the near-tie rule's counterpart for training
+    (docs/ARCHITECTURE.md, "The same evidence on every machine"): within PREFIX_TOLERANCE, which
+    one training step exceeds a hundredfold, so a change of train_toy (its data, noise, model,
+    loss or optimizer) still fails while another machine's rounding does not."""
     record = read_record(name)
     prefix = record["prefix"]
+    assert prefix["last_step_moved"] >= 100 * PREFIX_TOLERANCE, prefix["last_step_moved"]
     here = prefix_environment(record["options"]["threads"])
-    differs = [f"{key}: recorded {value!r}, here {here.get(key)!r}"
-               for key, value in prefix["environment"].items() if here.get(key) != value]
-    if differs:
-        pytest.skip(f"the {name} toy's first steps were hashed under other CPU kernels than this "
-                    "machine runs (" + "; ".join(differs) + "); not compared")
+    same_kernels = all(here.get(key) == value for key, value in prefix["environment"].items())
     threads = torch.get_num_threads()
     try:
         retrained = train_prefix(record["options"], prefix["steps"])
     finally:
         torch.set_num_threads(threads)
-    assert retrained == prefix, (
-        f"the first {prefix['steps']} steps of the {name} toy's recorded training gave other "
-        f"weights than recorded (recorded {prefix['sha256']}, retrained {retrained['sha256']}): "
+    if same_kernels:
+        assert retrained["sha256"] == prefix["sha256"], (
+            f"the first {prefix['steps']} steps of the {name} toy's recorded training gave other "
+            f"weights than recorded (recorded {prefix['sha256']}, retrained {retrained['sha256']}): "
+            "train_toy changed; retrain and ship the toy (docs/TOY.md) or restore train_toy")
+    moved = fingerprint_distance(retrained["fingerprint"], prefix["fingerprint"])
+    assert moved <= PREFIX_TOLERANCE, (
+        f"the first {prefix['steps']} steps of the {name} toy's recorded training moved its weights "
+        f"by {moved:.2e} from the recorded ones (other kernels move them by < {PREFIX_TOLERANCE}): "
         "train_toy changed; retrain and ship the toy (docs/TOY.md) or restore train_toy")
 
 

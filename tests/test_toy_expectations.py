@@ -20,7 +20,8 @@ import pytest
 
 from dlmpipe.backbones.shipped import read_record
 
-from .toy_expected import default_campaign, differences, key, read_expected, run, shipped_backbones
+from .toy_expected import (NEAR_TIE, NEAR_TIE_SHARE, default_campaign, differences, key, read_expected,
+                           run, shipped_backbones)
 from .workflow import REPO
 
 SAMPLES = 20  # of each task's 40
@@ -158,19 +159,35 @@ def test_the_stored_expected_results_are_of_the_shipped_toy_and_every_default_me
 
 def test_a_run_gives_the_stored_tokens_and_verdicts_sample_for_sample(measured):
     """Same weights, same seeds, same code: the same token ids (hashes) and verdicts as stored,
-    on every (task, method), on every x86-64 machine: dlmpipe pins the CPU kernels (MKL's and
-    ATen's AVX2 paths, dlmpipe/cpu_kernels.py), without which the stored hashes held only on CPUs
-    whose BLAS took the storing machine's code paths (an AVX-512 machine stored hashes that two
-    AVX2 machines missed on 3 samples). A difference means a change of behaviour, to be
-    regenerated only when intended."""
+    on every (task, method), on any machine and thread count by the near-tie rule
+    (tests/toy_expected.py): a sample may differ only where the stored run found it hanging on
+    a near tie, and those are few (NEAR_TIE_SHARE), so the rule cannot swallow a change. A
+    difference elsewhere means a change of behaviour, to be regenerated only when intended."""
     _, measured = measured
-    stored = read_expected()["results"]
+    stored = read_expected()
+    assert stored["near_tie_rule"] == NEAR_TIE
+    stored = stored["results"]
     assert all(e["n"] == SAMPLES for e in measured.values())
-    problems = differences(measured, stored)
-    assert not problems, "\n".join(problems)
+    ties = sum(len(e["near_tie"]) for e in stored.values())
+    assert ties <= NEAR_TIE_SHARE * sum(e["n"] for e in stored.values()), f"{ties} near-tie samples"
+    accepted: list[str] = []
+    problems = differences(measured, stored, accepted)
+    assert not problems, "\n".join(problems + accepted)
     # and the stored qualities of all 40 samples agree with the classes the first SAMPLES show
     for key, entry in measured.items():
-        assert entry["passed"] == stored[key]["passed"][:SAMPLES], key
+        assert all(a == b for i, (a, b) in enumerate(zip(entry["passed"], stored[key]["passed"]))
+                   if i not in stored[key]["near_tie"]), key
+
+
+def test_the_near_tie_rule_accepts_only_stored_near_ties():
+    """``differences`` names a changed token at a sample the stored run did not find near a tie,
+    and accepts (naming it) one it did."""
+    want = {"k": {"n": 3, "quality": 1.0, "passed": [True] * 3, "tokens": ["a", "b", "c"], "near_tie": [1]}}
+    got = {"k": {"n": 3, "quality": 1.0, "passed": [True] * 3, "tokens": ["a", "x", "c"]}}
+    accepted: list[str] = []
+    assert differences(got, want, accepted) == [] and accepted == ["k: samples [1] differ, each a stored near tie"]
+    got["k"]["tokens"] = ["a", "b", "y"]
+    assert differences(got, want) == ["k: tokens differ at samples [2]"]
 
 
 def test_check_compares_a_results_directory_and_names_what_differs(measured, tmp_path, capsys):

@@ -8,8 +8,17 @@ The run goes through the workflow's own job functions (manifest with the pinned 
 preparation, the SVD proxies, ``run_generation_job``, ``score_generations`` in the sandbox), in
 this process, on one thread, so its files are a real campaign's.
 
+Bit-identical tokens across machines are not what any BLAS promises (vendors' and instruction
+sets' kernels round differently), so the stored tokens hold by the near-tie rule: a sample's
+tokens are the same on every machine unless the sample hangs on a near tie, i.e. unless decoding
+it with every projection's output perturbed by relative noise of ``NEAR_TIE["eps"]`` (far above
+the last-bit differences between kernels) changes its tokens under one of ``NEAR_TIE["seeds"]``
+(dlmpipe/backbones/rowwise.py ``perturbed``). Regenerating finds those samples and stores them
+per entry (``near_tie``); a check accepts a different token or verdict there only, naming it.
+
 Regenerate the file after adding or changing a method in config.yaml, or after shipping another
-toy (one command from the repository root, ~3 CPU minutes for the full 40 samples per task):
+toy (one command from the repository root, ~12 CPU minutes for the full 40 samples per task and
+the three perturbed runs):
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected
 
@@ -34,6 +43,11 @@ from .workflow import REPO
 
 EXPECTED = Path(__file__).resolve().parent / "data" / "toy_expected.json"
 BACKBONE = "toy"
+#: the near-tie rule (module docstring): relative noise on every projection, its seeds
+NEAR_TIE = {"eps": 1e-5, "seeds": [1, 2, 3]}
+#: at most this share of a run's samples may hang on near ties: beyond it the stored tokens would
+#: check little, and the toy's evidence would hang on rounding (tests/test_toy_expectations.py)
+NEAR_TIE_SHARE = 0.05
 
 
 def key(backbone: str, task: str, method: str) -> str:
@@ -66,17 +80,32 @@ def default_campaign():
 
 
 def run(root: Path, limit: int | None = None, methods: list[str] | None = None,
-        backbones: list[str] | None = None) -> dict[str, dict]:
+        backbones: list[str] | None = None, perturb: int | None = None) -> dict[str, dict]:
     """Decode and score the default campaign's methods (all, or ``methods``) on its shipped
     toys (all, or ``backbones``), the first ``limit`` samples of each task (None: all), under
     ``root``; returns ``{key: entry}``. Files are laid out as a campaign's results directory.
     Decoded at the campaign's batch size (auto: 8 samples together on the CPU, a third faster
-    than one at a time), so the stored per-sample hashes also check batched decoding."""
+    than one at a time), so the stored per-sample hashes also check batched decoding.
+    ``perturb``: a seed of the near-tie rule's perturbation (module docstring), else none."""
+    from contextlib import nullcontext
+
+    from dlmpipe.backbones.rowwise import perturbed
+
     campaign = default_campaign()
     out = {}
-    for backbone in backbones or shipped_backbones(campaign):
-        out.update(_run(campaign, backbone, root, limit, methods))
+    with nullcontext() if perturb is None else perturbed(NEAR_TIE["eps"], perturb):
+        for backbone in backbones or shipped_backbones(campaign):
+            out.update(_run(campaign, backbone, root, limit, methods))
     return out
+
+
+def near_ties(results: dict[str, dict], perturbed_runs: list[dict[str, dict]]) -> None:
+    """Mark in each entry of ``results`` (``near_tie``: sample indices) the samples whose tokens
+    one of the perturbed runs changed."""
+    for k, entry in results.items():
+        entry["near_tie"] = sorted({i for other in perturbed_runs
+                                    for i, (a, b) in enumerate(zip(entry["tokens"], other[k]["tokens"]))
+                                    if a != b})
 
 
 def _run(campaign, backbone: str, root: Path, limit: int | None, methods: list[str] | None):
@@ -128,35 +157,41 @@ def from_results(results: Path) -> dict[str, dict]:
             for f in sorted((results / "scores" / b).glob("*/*.parquet"))}
 
 
-def differences(measured: dict[str, dict], expected: dict[str, dict]) -> list[str]:
+def differences(measured: dict[str, dict], expected: dict[str, dict],
+                accepted: list[str] | None = None) -> list[str]:
     """Where ``measured`` (possibly the first samples only) differs from ``expected``: token
-    hashes and verdicts sample by sample, and the quality when every sample was measured."""
+    hashes and verdicts sample by sample, and the quality when every sample was measured; a
+    difference at a stored near-tie sample is no problem (module docstring) and goes to
+    ``accepted``, named."""
     out = []
     for key, got in sorted(measured.items()):
         want = expected.get(key)
         if want is None:
             out.append(f"{key}: not in {EXPECTED.name} (regenerate it: python -m tests.toy_expected)")
             continue
-        n = got["n"]
+        n, ties = got["n"], set(want.get("near_tie", []))
+        differ = {i for i in range(n) for field in ("tokens", "passed") if got[field][i] != want[field][i]}
         for field in ("tokens", "passed"):
-            bad = [i for i in range(n) if got[field][i] != want[field][i]]
+            bad = [i for i in range(n) if got[field][i] != want[field][i] and i not in ties]
             if bad:
                 out.append(f"{key}: {field} differ at samples {bad[:8]}{' ...' if len(bad) > 8 else ''}")
-        if n == want["n"] and got["quality"] != want["quality"]:
+        if accepted is not None and differ & ties:
+            accepted.append(f"{key}: samples {sorted(differ & ties)} differ, each a stored near tie")
+        if n == want["n"] and got["quality"] != want["quality"] and not any(
+                got["passed"][i] != want["passed"][i] for i in ties):
             out.append(f"{key}: quality {got['quality']:.3f}, expected {want['quality']:.3f}")
     return out
 
 
 def kernels() -> dict:
-    """The CPU kernels the results were computed with: pinned (dlmpipe/cpu_kernels.py), so the
-    same on every x86-64 machine; the CPU is recorded for the record only."""
+    """The CPU and kernels the results were computed with, for the record: other machines
+    reproduce them by the near-tie rule (module docstring), not bit for bit."""
     import torch
 
-    from dlmpipe.cpu_kernels import PINS
     from dlmpipe.environment import cpu_model
 
     return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
-            **{name: os.environ.get(name) for name in PINS}, "computed_on": cpu_model()}
+            "threads": torch.get_num_threads(), "computed_on": cpu_model()}
 
 
 def read_expected() -> dict:
@@ -172,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
                    "backbone's entries (repeatable), keeping the others' stored ones")
     a = p.parse_args(argv)
     if a.check:
-        problems = differences(from_results(Path(a.check)), read_expected()["results"])
-        print("\n".join(problems) or f"{a.check}: every (task, method) as in {EXPECTED}")
+        accepted: list[str] = []
+        problems = differences(from_results(Path(a.check)), read_expected()["results"], accepted)
+        print("\n".join(problems + [f"accepted (near-tie rule): {x}" for x in accepted])
+              or f"{a.check}: every (task, method) as in {EXPECTED}")
         return 1 if problems else 0
     import torch
 
@@ -181,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        results = run(Path(tmp), backbones=a.backbone)
+        results = run(Path(tmp) / "plain", backbones=a.backbone)
+        near_ties(results, [run(Path(tmp) / f"perturbed-{seed}", backbones=a.backbone, perturb=seed)
+                            for seed in NEAR_TIE["seeds"]])
     campaign = default_campaign()
     if a.backbone:  # the other backbones' entries as stored
         kept = {k: e for k, e in read_expected()["results"].items()
@@ -194,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
                  "`PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m tests.toy_expected`",
         "weights_sha256": weights[BACKBONE], "block_weights_sha256":
             {b: w for b, w in weights.items() if b != BACKBONE},
-        "kernels": kernels(), "results": results}, indent=1) + "\n")
+        "kernels": kernels(), "near_tie_rule": NEAR_TIE, "results": results}, indent=1) + "\n")
     for name, entry in results.items():
-        print(f"{name:50s} {100 * entry['quality']:6.1f}%")
+        print(f"{name:50s} {100 * entry['quality']:6.1f}%  near ties: {entry.get('near_tie', [])}")
     print(f"wrote {EXPECTED}")
     return 0
 

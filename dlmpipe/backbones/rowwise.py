@@ -24,12 +24,15 @@ operations run depends on shapes, never on values), so this is checked once per 
 and thread count (``_chunk``): random rows, then the same rows shifted by one position, must give
 the same bits row for row. The first chunk size in the candidates that passes is used; where
 none does, chunks of one row, which are the same call for every row whatever the kernel.
-Training (autograd) and other devices take the plain ops: nothing there claims bit-exactness.
+Training (autograd, ``plain_ops``) and other devices take the plain ops: nothing there claims
+bit-exactness.
 What is guaranteed, then: on one machine, at one thread count, a row's bits are a function of the
 row alone. Across machines and thread counts kernels differ; docs/ARCHITECTURE.md says what
 holds there.
 """
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -46,11 +49,38 @@ QUERY_CHUNKS = (32, 24, 16)
 ELEMENT_CHUNK = 16384
 
 _chosen: dict[tuple, int] = {}  # (kind, shape key, threads) -> chunk size
+_perturbation: list = []  # [(eps, generator)] while ``perturbed`` is active
+_plain: list = []  # non-empty inside ``plain_ops``
+
+
+@contextmanager
+def plain_ops():
+    """The plain ops inside the block (training: train_toy's batches are never compared row by
+    row, and its recorded bits are the plain ops')."""
+    _plain.append(True)
+    try:
+        yield
+    finally:
+        _plain.pop()
+
+
+@contextmanager
+def perturbed(eps: float, seed: int):
+    """Every CPU projection's output times ``1 + eps * N(0, 1)`` (seeded) inside the block: a
+    stand-in for another machine's kernels, whose rounding differs in the last bits of every
+    product, far larger than they are. A decode whose tokens change under it hangs on a near tie
+    (docs/ARCHITECTURE.md, "The same evidence on every machine"; tests/toy_expected.py)."""
+    _perturbation.append((eps, torch.Generator().manual_seed(seed)))
+    try:
+        yield
+    finally:
+        _perturbation.pop()
 
 
 def exact_path(x: Tensor) -> bool:
     """Whether ``x`` takes the row-invariant path: CPU inference outside a compile trace."""
-    return x.device.type == "cpu" and not x.requires_grad and not torch.compiler.is_compiling()
+    return (x.device.type == "cpu" and not x.requires_grad and not _plain
+            and not torch.compiler.is_compiling())
 
 
 def chunk_sizes() -> dict[tuple, int]:
@@ -114,6 +144,9 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
     out = torch.empty(padded.shape[0], n, dtype=torch.result_type(flat, weight))
     for lo in range(0, padded.shape[0], r):
         gemm(padded[lo:lo + r], out[lo:lo + r])
+    if _perturbation:
+        eps, gen = _perturbation[-1]
+        out.mul_(1 + eps * torch.randn(out.shape, generator=gen, dtype=out.dtype))
     return out[:rows].view(*x.shape[:-1], n)
 
 

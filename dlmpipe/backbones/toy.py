@@ -55,6 +55,7 @@ from ..io import atomic_write, atomic_write_json
 from ..tasks.toy import GENERATORS
 from .model import Backbone, BackboneConfig
 from .pins import weight_sha256
+from .rowwise import plain_ops
 from .weights import checkpoint_key_map
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|startoftext|>", "<|mdm_mask|>", "<|eot_id|>",
@@ -411,12 +412,27 @@ def parameter_sha256(model: torch.nn.Module) -> str:
 
 
 def prefix_environment(threads: int) -> dict:
-    """What decides the prefix hash's bits: training_environment less the CPU model, which the
-    kernels pinned at import (dlmpipe/cpu_kernels.py: MKL_CBWR, ATEN_CPU_CAPABILITY) make
-    irrelevant on x86-64, plus those pins."""
-    env = {k: v for k, v in training_environment(threads).items() if k not in ("cpu", "python")}
+    """What decides the prefix hash's bits: training_environment less the Python version, plus
+    MKL's and ATen's kernel choices where set (``MKL_CBWR``, ``ATEN_CPU_CAPABILITY``)."""
+    env = {k: v for k, v in training_environment(threads).items() if k != "python"}
     return {**env, "MKL_CBWR": os.environ.get("MKL_CBWR"),
             "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY")}
+
+
+def parameter_fingerprint(model: torch.nn.Module) -> list[list[float]]:
+    """Each parameter's mean and root mean square (float64, by name): what the prefix check
+    compares within a tolerance where the kernels differ from the record's (another machine's
+    rounding moves the weights by far less than one training step does)."""
+    out = []
+    for _, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().double()
+        out.append([t.mean().item(), t.pow(2).mean().sqrt().item()])
+    return out
+
+
+def fingerprint_distance(a: list, b: list) -> float:
+    """The largest difference between two fingerprints' entries, relative to the entry's scale."""
+    return max(abs(x - y) / (abs(y) + 1e-3) for ra, rb in zip(a, b) for x, y in zip(ra, rb))
 
 
 def train_prefix(options: dict, steps: int = PREFIX_STEPS) -> dict:
@@ -487,17 +503,22 @@ def train_toy(out_dir: str | Path, seed: int = 0, steps: int = 600, batch_size: 
     prefix = None
     losses = []
     for step in (bar := tqdm(range(steps), desc="train toy backbone", mininterval=5)):
-        if block_size:
-            loss = _block_loss(model, *_block_batch(rng, tok, list(tasks), batch_size, gen_length, eos),
-                               mask_id)
-        else:
-            loss = _masked_loss(model, rng, tok, tasks, batch_size, gen_length, eos, mask_id,
-                                pretrain_fraction, stale_kv, stale_rows, n_layers)
+        with plain_ops():  # training's own ops, its no-grad passes too (rowwise.py)
+            if block_size:
+                loss = _block_loss(model, *_block_batch(rng, tok, list(tasks), batch_size, gen_length, eos),
+                                   mask_id)
+            else:
+                loss = _masked_loss(model, rng, tok, tasks, batch_size, gen_length, eos, mask_id,
+                                    pretrain_fraction, stale_kv, stale_rows, n_layers)
         _step(model, opt, sched, loss)
         losses.append(loss.item())
+        if step + 2 == min(prefix_steps, steps):
+            before_last = parameter_fingerprint(model)
         if step + 1 == min(prefix_steps, steps):
+            fingerprint = parameter_fingerprint(model)
             prefix = {"steps": step + 1, "sha256": parameter_sha256(model),
-                      "environment": prefix_environment(threads)}
+                      "environment": prefix_environment(threads), "fingerprint": fingerprint,
+                      "last_step_moved": fingerprint_distance(before_last, fingerprint) if step else None}
             if prefix_only:
                 return {"prefix": prefix}
         if step % 100 == 0:

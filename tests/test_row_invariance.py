@@ -1,0 +1,34 @@
+"""Row invariance on other CPUs' kernels (docs/ARCHITECTURE.md, "Row invariance"): the rows of
+every primitive, and batched decodes, equal the same rows alone under each code path this
+machine can be made to take in place of a second machine: MKL's AVX2 and compatible branches
+(``MKL_CBWR``, the paths MKL takes on AMD and older CPUs), ATen's AVX2 and AVX-512 kernels
+(``ATEN_CPU_CAPABILITY``) and 1 or 2 threads (tests/row_invariance_probe.py in a subprocess
+each)."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from .workflow import REPO
+
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+KERNELS = [{}, {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+           {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default"}]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kernels", KERNELS if X86 else [{}],
+                         ids=lambda k: "-".join(k.values()) or "native")
+def test_rows_are_invariant_under_other_kernels_and_thread_counts(kernels, threads):
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env = {**clean, **kernels, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "tests.row_invariance_probe"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert out.stdout.startswith("row-invariant:"), out.stdout
