@@ -148,8 +148,11 @@ class BlockState:
         self.finished = 0               # rows [0, finished) hold their exact K/V
         self.committed = torch.zeros(x.shape[0], dtype=torch.int32)  # K/V computations per row
         self.block_forwards = 0         # prefill and commit forwards
+        #: each prefill/commit forward as (kind, lo, stop, next token or None), for the decode
+        #: trace (dlmpipe/trace.py), which empties it
+        self.log: list[tuple[str, int, int, int | None]] = []
 
-    def extend(self, x: Tensor, stop: int) -> Tensor:
+    def extend(self, x: Tensor, stop: int, kind: str = "commit") -> Tensor:
         """Compute rows [finished, stop) of ``x`` over the prefix (block-causal among themselves)
         and append their K/V; returns their final hidden rows."""
         m, lo = self.model, self.finished
@@ -170,6 +173,7 @@ class BlockState:
         self.committed[lo:stop] += 1
         self.finished = stop
         self.block_forwards += 1
+        self.log.append((kind, lo, stop, None))
         return h
 
 
@@ -219,15 +223,20 @@ class BlockCausal:
         n = self.state.n
         prefill = prompt_len // n * n
         if prefill:
-            h = self.state.extend(x, prefill)
+            h = self.state.extend(x, prefill, "prefill")
             if self.shift and prefill == prompt_len:
                 x[prefill] = self._next_token(h)
+                self._log_next(x, prefill)
         self._begin_block(x, prefill)
 
     def _next_token(self, h: Tensor) -> Tensor:
         """A shifted family's next position from the last finished row (greedy, as Fast-dLLM
         v2's release decides a block's first token)."""
         return self.block_model.inner.logits(h[:, -1:])[0, 0].argmax()
+
+    def _log_next(self, x: Tensor, row: int) -> None:
+        kind, lo, stop, _ = self.state.log[-1]
+        self.state.log[-1] = (kind, lo, stop, row)
 
     def _begin_block(self, x: Tensor, start: int) -> None:
         state, n = self.state, self.state.n
@@ -275,6 +284,7 @@ class BlockCausal:
         h = state.extend(x, end)
         if self.shift:
             x[end] = self._next_token(h)
+            self._log_next(x, end)
         self._begin_block(x, end)
 
     def stats(self) -> dict:

@@ -146,6 +146,7 @@ class Decoding:
         sampler, cache = self.sampler, self.cache
         cache.note_due_positions(sampler.due_positions())
         cache.note_shadow_block(sampler.shadow_block())
+        cache.note_block_start(sampler.block_start)
         seq = self.sequence
         logits = cache.response_logits(seq, sampler.block)
         if observer is not None:

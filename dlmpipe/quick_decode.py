@@ -59,11 +59,13 @@ def find_checkpoint(spec: str) -> Checkpoint:
 def quick_decode(checkpoint: str, sampler: str, cache: str, prompt: str, gen_length: int,
                  sets: dict[str, dict] | None = None, device: str = "auto",
                  dtype: str = "auto", chat: bool = False, seed: int = 0,
-                 warmup: bool = False) -> dict:
+                 warmup: bool = False, trace: str | None = None) -> dict:
     """Decode ``prompt`` once; returns the text (cut at the first stop token), the method as
     decoded (parameters filled), the decode's statistics, its synchronized wall time and time
     to first token, tokens per second, device and dtype. ``warmup``: one untimed decode first
-    (kernels, allocations), as the jobs do."""
+    (kernels, allocations), as the jobs do. ``trace``: write every forward of the (timed)
+    decode to that file as JSON lines (dlmpipe/trace.py; its observer's reads are inside the
+    timed decode)."""
     import torch
 
     from . import registry
@@ -92,13 +94,19 @@ def quick_decode(checkpoint: str, sampler: str, cache: str, prompt: str, gen_len
     sampler_obj, cache_obj = build_method(method, loaded.model, artifacts, ckpt.identity)
     ids = torch.tensor(encode_prompt(loaded, {"prompt": prompt}, chat=chat), dtype=torch.long)
 
-    def run():
+    def run(observer=None):
         return decode(loaded.model, sampler_obj, cache_obj, ids, gen_length,
-                      torch.Generator().manual_seed(seed))
+                      torch.Generator().manual_seed(seed), observer=observer)
 
     if warmup:
         run()
-    res = run()
+    if trace:
+        from .trace import DecodeTrace
+
+        with DecodeTrace(trace) as observer:
+            res = run(observer)
+    else:
+        res = run()
     cfg = loaded.model.cfg
     stops = cfg.stop_ids + ([cfg.pad_id] if cfg.pad_id is not None else [])
     kept = cut_at_stop(res.response.tolist(), stops)

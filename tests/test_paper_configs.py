@@ -299,8 +299,9 @@ def test_frontier_campaign_plans_every_new_method_on_both_families(tmp_path, sna
             assert planned[(b, t, name)]["gen_length"] == 256, (b, t, name)
         for name, threshold in (("sdar", 0.95), ("sdar-static", 1.0)):
             sampler = planned[(sdar, t, name)]["sampler"]
-            assert (sampler["remasking"], sampler["steps"], sampler["confidence_threshold"],
-                    sampler["temperature"]) == ("low_confidence_dynamic", 4, threshold, 0)
+            assert (sampler["rule"], sampler["remasking"], sampler["steps"],
+                    sampler["confidence_threshold"], sampler["temperature"], sampler["top_k"]) == (
+                "evaluation", "low_confidence_dynamic", 4, threshold, 1.0, 1)  # eval_sdar_hf.py
         for name, cache in (("fast-dllm-v2", "none"), ("fast-dllm-v2-cache", "fast_dllm_v2")):
             method = planned[(v2, t, name)]
             assert (method["sampler"]["threshold"], method["sampler"]["sub_block_length"],

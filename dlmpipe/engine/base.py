@@ -47,6 +47,14 @@ class Cache(ABC):
     shadow_rows = False
     #: the response block whose shadow rows the next ``response_logits`` appends, or None
     shadow: tuple[int, int] | None = None
+    #: the sequence row where the sampler's block begins, its prompt rows included
+    #: (``note_block_start``)
+    block_start: int | None = None
+    #: what the last ``response_logits`` did, for the decode trace (dlmpipe/trace.py): the
+    #: absolute rows it gave queries (None: not recorded by this cache) and why it ran a full
+    #: forward or a cached one (None: the cache does not say)
+    last_rows: Tensor | None = None
+    last_decision: str | None = None
 
     def __init__(self, model: Backbone):
         self.model = model
@@ -69,6 +77,12 @@ class Cache(ABC):
         ``due_positions()`` (response positions the next update will decode, or None when the
         logits decide). Caches that recompute only what is due (dKV-Cache greedy) keep it;
         the default ignores it."""
+
+    def note_block_start(self, row: int) -> None:
+        """Called by the decode loop before each ``response_logits`` with the sampler's
+        ``block_start``: the row where its block begins, prompt rows included (Fast-dLLM v2's
+        sub-blocks start in the prompt; its cache tests that row, engine/fast_dllm.py)."""
+        self.block_start = row
 
     def note_shadow_block(self, block: tuple[int, int] | None) -> None:
         """Called by the decode loop before each ``response_logits`` with the sampler's

@@ -49,8 +49,10 @@ class FastDLLMCache(RowKVCache):
         lo, hi = self.block
         serve = self.positions[lo:hi]  # response positions of the block
         if new_block or self.refresh_due(x):
+            self.last_decision = "block start" if new_block else "refresh_interval"
             self.stats.refreshes += 0 if first else 1
             return self._full_forward(x, serve)
+        self.last_decision = "cached"
         self.stats.cached_forwards += 1
         start, stop = self.recomputed_rows(lo, hi)
         return self._forward_rows(x, self.positions[start:stop], serve)
@@ -70,12 +72,30 @@ class FastDLLMDualCache(FastDLLMCache):
 class FastDLLMv2Cache(FastDLLMDualCache):
     """Fast-dLLM v2's block + sub-block cache (``use_block_cache``; docs/METHODS.md §2.8), on the
     active block of a block-causal backbone, whose finished blocks are the block-level cache
-    (dlmpipe/blockwise.py). The sampler's block is the sub-block: a forward of the whole active
-    block at each sub-block's start and again while the sub-block's first position is masked
-    (the release's condition), else the sub-block's rows only (for a shifted family also the row
-    before it) over the cached K/V of the rest of the active block; ``refresh_interval`` adds
-    full forwards as for the other Fast-dLLM caches (null: the release's)."""
+    (dlmpipe/blockwise.py). The release's condition (``v2/generation_functions.py`` line 102):
+    a forward of the whole active block on the block's first forward and whenever the
+    sub-block's first *position* (``block_start``: a prompt row or a decoded token where the
+    sub-block begins with one) is masked; else the sub-block's rows from that position
+    (line 108) over the cached K/V of the rest of the active block, written back.
+    ``refresh_interval`` adds full forwards as for the other Fast-dLLM caches (null: the
+    release's)."""
 
-    def refresh_due(self, x: Tensor) -> bool:
-        return (super().refresh_due(x)
-                or bool(x[self.prompt_len + self.block[0]] == self.model.cfg.mask_id))
+    def response_logits(self, x: Tensor, block: tuple[int, int]) -> Tensor:
+        self.stats.nfe += 1
+        first = self.block is None
+        self._enter(block)
+        lo, hi = self.block
+        serve = self.positions[lo:hi]
+        start = self.prompt_len + lo if self.block_start is None else self.block_start
+        if first:
+            self.last_decision = "first forward of the block"
+        elif bool(x[start] == self.model.cfg.mask_id):
+            self.last_decision = "sub-block's first position masked"
+        elif super().refresh_due(x):
+            self.last_decision = "refresh_interval"
+        else:
+            self.last_decision = "cached: sub-block's first position decoded"
+            self.stats.cached_forwards += 1
+            return self._forward_rows(x, self.positions[start:self.prompt_len + hi], serve)
+        self.stats.refreshes += 0 if first else 1
+        return self._full_forward(x, serve)

@@ -40,6 +40,7 @@ class RowKVCache(Cache):
         self.positions = torch.arange(n, device=m.device)
         self.logits = torch.full((n - prompt_len, m.cfg.vocab_size), float("nan"), device=m.device)
         self.served: Tensor | None = None   # response positions the last call wrote
+        self.last_rows = None               # rows the last call computed (the decode trace)
         self.block: tuple[int, int] | None = None
         self.block_step = 0                 # forwards since the current block started
         self.query_rows = 0                 # rows given queries, over all forwards
@@ -49,6 +50,7 @@ class RowKVCache(Cache):
         """Every row, every layer's K/V stored; logits of the response positions ``serve``."""
         shadow = with_shadow(self.model, x, self.prompt_len, self.shadow)
         h = self.model.hidden_states_storing_kv(x[None], self.kv, shadow)
+        self.last_rows = self.positions
         self._count(x.shape[0])
         return append(self._serve(h, self.positions, serve), shadow)
 
@@ -56,6 +58,7 @@ class RowKVCache(Cache):
         """Queries for ``rows`` only (ascending absolute indices), over all cached K/V."""
         m = self.model
         shadow = with_shadow(m, x, self.prompt_len, self.shadow)
+        self.last_rows = rows
         if rows.numel() == 0:  # nothing changed and nothing due: no row needs a query
             for i in range(m.cfg.n_layers if shadow is not None else 0):
                 shadow.layer(i, *self.kv.layer(i))

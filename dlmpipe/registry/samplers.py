@@ -227,14 +227,23 @@ SAMPLERS = table(
          "top_k": positive_or_null(None, "keep the k most probable tokens (null: all; the "
                                          "release's 0)"),
          "top_p": number(1.0, "nucleus mass kept (1: all)", exclusive_minimum=True, maximum=1),
-         "rule": choice(["paper", "released"], "paper",
+         "rule": choice(["paper", "released", "evaluation"], "paper",
                         "paper: only masked positions are transferred; released: generate.py's "
                         "top-k over the whole block, which rewrites decoded positions once the "
-                        "step's count exceeds the masks left (entropy_bounded cannot run there)")},
+                        "step's count exceeds the masks left (entropy_bounded cannot run there); "
+                        "evaluation: the release's OpenCompass loop (huggingface_bd3.py), the "
+                        "confidence the token's probability before top-k/top-p (temperature > 0, "
+                        "low_confidence remasking only)")},
         checks=(lambda p, g: "sampler.rule: released cannot run remasking entropy_bounded (the "
                 "release's branch sums the chosen tokens' p log p over the block and never "
                 "initialises its selection); use rule paper"
-                if p.get("rule") == "released" and p.get("remasking") == "entropy_bounded" else None,),
+                if p.get("rule") == "released" and p.get("remasking") == "entropy_bounded" else None,
+                lambda p, g: "sampler.rule: evaluation (SDAR's OpenCompass loop) needs temperature "
+                "> 0 (its sampler asserts it; greedy there is top_k 1) and remasking "
+                "low_confidence_dynamic or low_confidence_static (its only two)"
+                if p.get("rule") == "evaluation" and (
+                    (p.get("temperature", 1.0) or 0) <= 0 or p.get("remasking", "low_confidence_dynamic")
+                    not in ("low_confidence_dynamic", "low_confidence_static")) else None),
         needs_block_causal=True),
     Component(
         "fast_dllm_v2", "dlmpipe.samplers.fast_dllm_v2:FastDLLMv2Sampler",

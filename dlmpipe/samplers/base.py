@@ -45,6 +45,17 @@ class Sampler(ABC):
         """Current block in response coordinates."""
         return (0, self.gen_len)
 
+    @property
+    def block_start(self) -> int:
+        """The row of ``x`` where the current block begins, its prompt rows included: the
+        block's first response position, unless the sampler counts its blocks from before the
+        response (Fast-dLLM v2's sub-blocks); the decode loop passes it to the cache."""
+        return self.prompt_len + int(self.block[0])
+
+    #: (first response position, confidences ``[n]`` of the positions from there) of the last
+    #: step, for samplers that record them (the decode trace, dlmpipe/trace.py); else None
+    last_confidence: tuple[int, Tensor] | None = None
+
     @abstractmethod
     def step(self, x: Tensor, logits: Tensor) -> None:
         """Update ``x [N]`` in place from response logits ``[G, V]``."""

@@ -53,7 +53,10 @@ class DInferBlocks(BlockLoop):
     of ``block_length`` from the response's first position (``BlockIteratorFactory``'s default);
     ``absolute``, blocks at multiples of ``block_length`` in absolute positions, the first one
     starting in the prompt and cut at the response's start (``start_block_align=True``, as the
-    release's benchmark runs), the last cut at the sequence's end."""
+    release's benchmark runs), the last cut at the sequence's end. ``block_length`` null is one
+    block under either alignment (on a block-causal backbone also where it does not divide the
+    active block's positions: the rest of the block after a prompt ending inside it is decoded
+    at once, as the release's ``BlockDiffusionLLM`` does)."""
 
     block_alignment = "absolute"
 
@@ -68,8 +71,11 @@ class DInferBlocks(BlockLoop):
             finally:
                 self.block_length_opt = option
             length = self.block_length = option or gen_len
-            first = length - prompt_len % length  # the end of the block holding the prompt's end
-            self.bounds = [0] + list(range(first % length or length, gen_len, length)) + [gen_len]
+            if option is None:  # one block (null; on a block-causal backbone, the rest of the
+                self.bounds = [0, gen_len]  # active block at once, as BlockDiffusionLLM decodes it)
+            else:
+                first = length - prompt_len % length  # the end of the block holding the prompt's end
+                self.bounds = [0] + list(range(first % length or length, gen_len, length)) + [gen_len]
             self.num_blocks = len(self.bounds) - 1
             self.remaining = self.bounds[1]
 

@@ -7,8 +7,9 @@ block's first token the previous block's greedy next token) are the backbone's
 (dlmpipe/blockwise.py). Inside the active block, sub-blocks of ``sub_block_length`` positions
 counted from the block's start (so a sub-block may hold prompt rows, which count as decoded)
 are decoded left to right, each stepped until it has no masks. A step draws a token per
-position of the sub-block (temperature 0, the release's default: the most probable; else from
-the top-p filtered ``softmax(logits / T)``), takes its probability as confidence, and unmasks
+position of the sub-block (temperature 0, the release's default: the most probable, its
+confidence the plain softmax, top_p unused as in the release's ``sample_with_top_p``; else drawn
+from the top-p filtered ``softmax(logits / T)``), takes its probability as confidence, and unmasks
 every masked position whose confidence exceeds ``threshold`` and always the most confident
 masked one. The sampler reads the rows of its sub-block (``block``); the block + sub-block
 cache (engine/fast_dllm.py, ``fast_dllm_v2``) serves them.
@@ -38,6 +39,11 @@ class FastDLLMv2Sampler(Sampler):
         s, p = self.sub_block_length, self.prompt_len
         return (max(self.sub_block * s - p, 0), min((self.sub_block + 1) * s - p, self.gen_len))
 
+    @property
+    def block_start(self) -> int:
+        """The sub-block's first row, a prompt row where the sub-block begins in the prompt."""
+        return self.sub_block * self.sub_block_length
+
     def _skip_finished_sub_blocks(self, response: Tensor | None) -> None:
         while self.sub_block * self.sub_block_length < self.prompt_len + self.gen_len:
             lo, hi = self.block
@@ -51,9 +57,12 @@ class FastDLLMv2Sampler(Sampler):
         lo, hi = self.block
         span = response[lo:hi]
         masked = span == self.mask_id
-        probs = filtered_probs(logits[lo:hi], self.temperature, None, self.top_p)
+        # the release's sample_with_top_p cuts by top_p only at temperature > 0
+        top_p = self.top_p if self.temperature > 0 else 1.0
+        probs = filtered_probs(logits[lo:hi], self.temperature, None, top_p)
         tokens = draw(probs, self.temperature, self.generator, self.mask_id)
         confidence = probs.gather(-1, tokens[:, None])[:, 0].masked_fill(~masked, float("-inf"))
+        self.last_confidence = (lo, confidence)
         unmask = confidence > self.threshold
         unmask[confidence.argmax()] = True
         unmask &= masked

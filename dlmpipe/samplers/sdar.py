@@ -17,7 +17,11 @@ token per position from ``softmax(logits / temperature)`` after top-k and top-p 
 - ``entropy_bounded``: masked positions by ascending entropy of their distribution, the largest
   prefix whose entropies sum below ``eb_threshold`` (at least one).
 
-The block ends when it has no masks. ``rule: released``: the release's ``topk`` runs over every
+The block ends when it has no masks. ``rule: evaluation`` is the release's OpenCompass loop
+(``evaluation/opencompass/opencompass/models/huggingface_bd3.py``): the token is drawn as above
+but its confidence is its probability under the *unfiltered* ``softmax(logits / temperature)``
+(lines 74-75, 90), only masked positions are transferred (line 233), and temperature must be
+positive (line 73). ``rule: released``: the release's ``topk`` runs over every
 position with visible ones at -inf, so once k_s exceeds the masks left it also rewrites decoded
 positions with their current draw; the default (the paper's rule) transfers masked positions
 only. The release's ``entropy_bounded`` cannot run (it sums the chosen tokens' p log p over the
@@ -43,7 +47,8 @@ def transfer_counts(block: int, steps: int) -> list[int]:
 def filtered_probs(logits: Tensor, temperature: float, top_k: int | None, top_p: float) -> Tensor:
     """float64 ``softmax(logits / T)`` after top-k and top-p (the release's order: top-k, then
     the smallest prefix of the sorted distribution reaching top_p, its first token always kept);
-    at T = 0 the plain softmax."""
+    at T = 0 untempered, the filters still applied (a caller wanting the release's plain softmax
+    at T = 0, Fast-dLLM v2's ``sample_with_top_p``, passes no filter)."""
     wide = logits.to(torch.float64)
     if temperature > 0:
         wide = wide / temperature
@@ -59,10 +64,12 @@ def filtered_probs(logits: Tensor, temperature: float, top_k: int | None, top_p:
     return torch.softmax(wide, dim=-1)
 
 
-def draw(probs: Tensor, temperature: float, generator: torch.Generator | None, mask_id: int) -> Tensor:
+def draw(probs: Tensor, temperature: float, generator: torch.Generator | None, mask_id: int,
+         fallback: Tensor | None = None) -> Tensor:
     """One token per row: the most probable at T = 0, else by inverse CDF with uniforms from the
     sample's CPU generator (the same tokens on every device). A row that draws MASK gets its most
-    probable other token: in the releases a drawn MASK leaves its position masked (SDAR's fixed
+    probable other token (under ``fallback`` when given: the unfiltered distribution, which a
+    top-k of 1 does not reduce to MASK alone): in the releases a drawn MASK leaves its position masked (SDAR's fixed
     steps then end the block with it), while here a block ends when no masks remain, so a model
     that ranks MASK first would never finish (docs/METHODS.md §1.11). Other draws are unchanged."""
     if temperature == 0:
@@ -72,7 +79,7 @@ def draw(probs: Tensor, temperature: float, generator: torch.Generator | None, m
         cdf = torch.cumsum(probs, dim=-1)
         tokens = torch.searchsorted(cdf, (u * cdf[..., -1])[..., None], right=True).clamp_max(
             probs.shape[-1] - 1)[..., 0]
-    others = probs.clone()
+    others = (probs if fallback is None else fallback).clone()
     others[..., mask_id] = -1.0
     return torch.where(tokens == mask_id, others.argmax(-1), tokens)
 
@@ -85,7 +92,9 @@ class SDARSampler(Sampler):
         self.remasking, self.denoising_steps = remasking, steps
         self.threshold, self.eb_threshold = confidence_threshold, eb_threshold
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
-        self.released = rule == "released"
+        self.released, self.evaluation = rule == "released", rule == "evaluation"
+        if self.evaluation and (temperature <= 0 or remasking not in REMASKING[:2]):
+            raise ValueError("rule evaluation needs temperature > 0 and a low_confidence remasking")
 
     def begin(self, prompt_len, gen_len, mask_id, generator=None, device="cpu") -> None:
         super().begin(prompt_len, gen_len, mask_id, generator, device)
@@ -97,8 +106,14 @@ class SDARSampler(Sampler):
         response = x[self.prompt_len:]
         masked = response == self.mask_id
         probs = filtered_probs(logits, self.temperature, self.top_k, self.top_p)
-        tokens = draw(probs, self.temperature, self.generator, self.mask_id)
-        confidence = probs.gather(-1, tokens[:, None])[:, 0]
+        if self.evaluation:  # huggingface_bd3.py: the token's probability before top-k/top-p
+            plain = filtered_probs(logits, self.temperature, None, 1.0)
+            tokens = draw(probs, self.temperature, self.generator, self.mask_id, plain)
+            confidence = plain.gather(-1, tokens[:, None])[:, 0]
+        else:
+            tokens = draw(probs, self.temperature, self.generator, self.mask_id)
+            confidence = probs.gather(-1, tokens[:, None])[:, 0]
+        self.last_confidence = (0, confidence)
         k = self.schedule[self.block_step] if self.block_step < len(self.schedule) else 1
         transfer = self._transfer(masked, confidence, probs, min(k, response.numel()))
         if not self.released:
