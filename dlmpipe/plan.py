@@ -298,11 +298,11 @@ CHAT_TOKENS = 20       # a chat template's turn markers around the prompt
 
 def prompt_tokens(campaign, backbone: str, task: str, size: Size, override: float | None) -> float:
     """The assumed prompt length of ``task``'s samples on ``backbone``, in tokens."""
-    from .tasks.registry import PROMPT_CHARS
+    from .tasks.registry import prompt_chars
 
     if override is not None:
         return override
-    chars = PROMPT_CHARS[campaign.benchmark(task)]
+    chars = prompt_chars(campaign.benchmark(task), campaign.task_options(task))
     tokens = chars if size.char_tokens else chars / CHARS_PER_TOKEN
     return tokens + (CHAT_TOKENS if campaign.config["backbones"][backbone].get("chat") else 0)
 
@@ -412,10 +412,10 @@ def assumptions(campaign, gpu: Gpu, parallel_tokens: float,
         "utilisation, so caches' gains are upper bounds)",
         "prompt tokens: "
         + (f"{prompt_override:g} for every task (--prompt-tokens)" if prompt_override is not None
-           else f"each benchmark's mean prompt characters (dlmpipe/tasks/registry.py "
-                f"PROMPT_CHARS, measured or estimated) / {CHARS_PER_TOKEN:g} (one token per "
+           else f"each benchmark's mean prompt characters (its module's "
+                f"Benchmark.prompt_chars, measured or estimated) / {CHARS_PER_TOKEN:g} (one token per "
                 f"character for the toy's tokenizer), + {CHAT_TOKENS} for a chat template"),
-        "samples: each task's known size (tasks/registry.py ROWS), its limit, ids or n",
+        "samples: each task's size (its module's Benchmark.rows; a local file's records), its limit, ids or n",
         *(f"sampler {k}: {cost.SAMPLER_ASSUMPTIONS[k]}" for k in used["sampler"]),
         *(f"cache {k}: {cost.CACHE_ASSUMPTIONS[k]}" for k in used["cache"]),
         *([f"adaptive parallel samplers decode {parallel_tokens:g} token(s) per update"]

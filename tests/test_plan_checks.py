@@ -342,3 +342,29 @@ def test_a_release_loop_on_a_full_attention_backbone_is_refused(tiny_config, tmp
         "methods.sdar-generate: sampler 'sdar' decodes a block-causal backbone's blocks "
         "(block_size: SDAR, Fast-dLLM v2); this backbone attends bidirectionally over the whole "
         "sequence (method sdar-generate on toy: backbones.toy (toy) (llada family))"]
+
+
+# ---- every problem at once ---------------------------------------------------------------------
+def test_schema_errors_pairings_and_data_are_reported_together(tiny_config, no_data):
+    """A schema error does not hide the refused pairing, the missing data file or the
+    checkpoint that is not there (docs/ARCHITECTURE.md: every problem at once)."""
+    tiny_config["seed"] = -1
+    tiny_config["methods"]["dual-saber"] = {"sampler": {"name": "saber"},
+                                            "cache": {"name": "fast_dllm_dual"}}
+    tiny_config["tasks"]["gsm8k"] = {"gen_length": 8, "source": str(no_data / "nope.jsonl")}
+    tiny_config["backbones"]["gone"] = {"path": str(no_data / "no-checkpoint")}
+    found = problems(tiny_config)
+    assert "seed: -1 is out of range: must be >= 0" in found
+    assert any(p.startswith("methods.dual-saber: cache 'fast_dllm_dual'") for p in found), found
+    assert any(p.startswith("tasks.gsm8k.source: ") and "nope.jsonl" in p for p in found), found
+    assert any(p.startswith("backbones.gone") for p in found), found
+
+
+def test_a_task_without_its_source_is_told_what_the_source_is(tiny_config, no_data):
+    """The message names the task's own missing file, never another benchmark's (GSM8K's
+    few-shot) words."""
+    tiny_config["tasks"]["mine"] = {"benchmark": "local", "gen_length": 8, "prompt": "{q}",
+                                    "answer": "a", "metric": "exact"}
+    found = problems(tiny_config)
+    assert found == ["tasks.mine.source: needed: the local .jsonl/.csv/.parquet file of the "
+                     "task's rows (docs/SCORING.md, \"Your own dataset\")"], found

@@ -59,7 +59,10 @@ class Campaign:
             rest = [p for p in e.problems
                     if not any(p.startswith(f"tasks.{t}.") or p.startswith(f"tasks.{t}:")
                                for t in unknown)]
-            raise ConfigError([*unknown.values(), *rest], source) from None
+            # every problem at once: what the unfilled config still lets us check
+            more = unchecked_problems(config, set(unknown), check_paths)
+            raise ConfigError(list(dict.fromkeys([*unknown.values(), *rest, *more])),
+                              source) from None
         schema = load_schema(schema_path)
         problems: list[str] = list(unknown.values())
         if check_paths:
@@ -130,14 +133,26 @@ class Campaign:
         self.analyses, found = expand_analyses(config["analyses"], self.backbones, self.tasks,
                                                self.methods, self.method, self.runs)
         problems += found + _jobs.drift_rank_problems(self, checkpoints, check_paths)
-        if not problems:
-            problems += self._table_problems(origin)
-        if not problems:  # the GPUs each backbone's model jobs need fit the campaign's keys
-            from ..gpus import plan_problems
-
-            problems += plan_problems(self)
+        problems += self._table_problems(origin)
+        # the GPUs each backbone's model jobs need fit the campaign's keys; a backbone whose
+        # checkpoint is already refused has no widths to plan with
+        broken = {b for b in self.backbones if any(p.startswith(f"backbones.{b}") for p in problems)}
+        problems += self._gpu_problems(broken)
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)), source)
+
+    def _gpu_problems(self, skip: set[str]) -> list[str]:
+        from ..gpus import GpuPlanError
+
+        problems = []
+        for b in self.backbones:
+            if b in skip:
+                continue
+            try:
+                self.gpus(b)
+            except GpuPlanError as e:
+                problems.append(str(e))
+        return problems
 
     def _method_scope(self, base: str, spec: dict) -> tuple[tuple[list[str], list[str]], list[str]]:
         """The backbones and tasks a base method runs on, in campaign order (default: every
@@ -289,6 +304,35 @@ class Campaign:
         ``auto`` parameters): ``backbone`` (every task alike) or ``backbone/task`` -> the
         differing parameters as text."""
         return _jobs.differences(self, name)
+
+
+def unchecked_problems(config: dict, unknown: set[str], check_paths: bool) -> list[str]:
+    """What can still be checked on a config the schema refused (docs/ARCHITECTURE.md: every
+    problem at once): task options and data, backbones' checkpoints, sampler/cache pairings.
+    Each part is checked only where it is well-formed enough; the schema has named the rest."""
+    problems: list[str] = []
+    tasks = config.get("tasks")
+    if isinstance(tasks, dict):
+        good = {t: o for t, o in tasks.items() if t not in unknown and isinstance(o, dict)}
+        try:
+            problems += task_problems({"tasks": good}, check_data=check_paths)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            pass  # malformed options: the schema's problems say how
+    backbones = config.get("backbones")
+    if check_paths and isinstance(backbones, dict) and all(isinstance(b, dict)
+                                                             for b in backbones.values()):
+        try:
+            problems += _backbones.backbone_problems(backbones, None)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            pass
+    methods = config.get("methods")
+    for base, spec in (methods.items() if isinstance(methods, dict) else ()):
+        parts = [spec.get(k) if isinstance(spec, dict) else None for k in ("sampler", "cache")]
+        names = [p.get("name") if isinstance(p, dict) else None for p in parts]
+        if names[0] in registry.SAMPLERS and names[1] in registry.CACHES:
+            if (p := registry.pairing_problem(*names)):
+                problems.append(f"methods.{base}: {p}")
+    return problems
 
 
 def load_campaign(paths: list[str | Path], schema_path: str | Path = SCHEMA,

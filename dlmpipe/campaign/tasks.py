@@ -38,9 +38,10 @@ def unknown_tasks(config: dict) -> dict[str, str]:
 
 
 def task_problems(config: dict, check_data: bool = True) -> list[str]:
-    """Options the benchmark's loader does not take (its signature: a typo), and, with
+    """Options the benchmark's loader does not take (its signature: a typo), its own checks of
+    their values (``Benchmark.option_problems``), and, with
     ``check_data``, the data files it would not find (``tasks.benchmarks.DATA``)."""
-    from ..tasks.benchmarks import missing_data
+    from ..tasks.benchmarks import missing_data, option_problems
 
     problems = []
     for name, options in config["tasks"].items():
@@ -56,6 +57,9 @@ def task_problems(config: dict, check_data: bool = True) -> list[str]:
 
             problems += [f"tasks.{name}.dataset_kwargs.data_files: data file not found: {f}"
                          for f in missing_files(options)]
+        if not bad:
+            problems += [f"tasks.{name}.{p}" for p in option_problems(
+                benchmark, {k: v for k, v in options.items() if k not in COMMON_KEYS})]
         if check_data and not bad:
             loader = {k: v for k, v in options.items() if k not in COMMON_KEYS}
             for need, missing in missing_data(benchmark, loader):

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
+from .spec import PACKAGE, Benchmark, DataFile, counted
 from .sources import read_records, require, resolve_source
 
 HUMANEVAL_INSTRUCTION = ("Write a solution to the following problem and make sure that it passes "
@@ -269,3 +270,19 @@ def _et_test(r: dict, entry_point: str) -> str:
         if "def check(" in body:
             body += f"\n\ncheck({entry_point})\n"
     return f"candidate = {entry_point}\n{body}\n"
+
+
+#: what each benchmark reads, its size and prompt length (docs/SCORING.md, "Benchmarks"); prompt
+#: characters measured on the files here (MBPP-ET: as MBPP, the same problems and prompt)
+BENCHMARKS = (
+    Benchmark("humaneval", load_humaneval, (DataFile("source", PACKAGE),), counted(164), 1037),
+    Benchmark("humaneval_plus", load_humaneval_plus, (DataFile("source", "humaneval_plus"),),
+              counted(164), 1037),
+    Benchmark("humaneval_et", load_humaneval_et,
+              (DataFile("source", "humaneval_et"), DataFile("base_source", PACKAGE)), 164, 1037),
+    Benchmark("mbpp", load_mbpp, (DataFile("source", "mbpp"),), counted(427), 430),
+    Benchmark("mbpp_plus", load_mbpp_plus, (DataFile("source", "mbpp_plus"),), counted(378), 299),
+    # MBPP-ET: the sanitized problems it covers, at most
+    Benchmark("mbpp_et", load_mbpp_et,
+              (DataFile("source", "mbpp_et"), DataFile("base_source", "mbpp")), 427, 430),
+)

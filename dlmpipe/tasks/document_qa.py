@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .spec import Benchmark, DataFile, counted
 from .sources import read_json, read_records, require, resolve_source
 
 PUBMEDQA_INSTRUCTION = "Abstract: {context}\nQuestion: {question}\nAnswer with yes, no or maybe."
@@ -104,3 +105,11 @@ def _text(parts) -> str:
 
 def _table(rows) -> str:
     return "\n".join("| " + " | ".join(str(c).strip() for c in row) + " |" for row in rows)
+
+
+BENCHMARKS = (  # PubMedQA's prompt characters measured here, FinQA's estimated
+    Benchmark("pubmedqa", load_pubmedqa, (DataFile("source", "pubmedqa"),), 1000, 1486),
+    Benchmark("pubmedqa_test", load_pubmedqa_test,
+              (DataFile("source", "pubmedqa_test"), DataFile("base_source", "pubmedqa")), 500, 1498),
+    Benchmark("finqa", load_finqa, (DataFile("source", "finqa"),), counted(1147), 4000),
+)

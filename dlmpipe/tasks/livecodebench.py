@@ -16,6 +16,7 @@ import json
 import pickletools
 import zlib
 
+from .spec import Benchmark, DataFile, counted
 from .sources import read_records, require, resolve_source
 
 LCB_INSTRUCTION = ("You will be given a question (problem specification) and will generate a "
@@ -85,3 +86,9 @@ def pickled_string(data: bytes) -> str:
     if text is None:
         raise ValueError("the pickle holds no string")
     return text
+
+
+BENCHMARKS = (  # prompt characters estimated from the prompt format
+    Benchmark("livecodebench", load_livecodebench, (DataFile("source", "livecodebench"),),
+              counted(400), 2000),
+)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .spec import Benchmark, DataFile, counted
 from .sources import read_records, require, resolve_source
 
 GSM8K_INSTRUCTION = ("{question}\nPlease reason step by step, and write the final answer as a "
@@ -31,7 +32,8 @@ def load_gsm8k(source: str | None = None, fewshot: int = 0,
         if answer is None:
             raise ValueError(f"gsm8k: malformed data file {src}: record {n} has no '#### answer'")
         question = shots + GSM8K_INSTRUCTION.format(question=r["question"])
-        out.append({"task_id": f"gsm8k/{n}", "prompt": question, "kind": "math", "answer": answer,
+        out.append({"task_id": str(r.get("id") or f"gsm8k/{n}"),  # a file's own ids kept
+                    "prompt": question, "kind": "math", "answer": answer,
                     "code_prefix": "", "test": "", "entry_point": ""})
     return out
 
@@ -66,3 +68,13 @@ def _fewshot_block(fewshot: int, fewshot_source: str | None) -> str:
         raise FileNotFoundError(f"gsm8k: fewshot data file not found: {path}")
     shots = read_records("gsm8k", path)[:fewshot]
     return "".join(f"Question: {s['question']}\nAnswer: {s['answer']}\n\n" for s in shots)
+
+
+BENCHMARKS = (  # GSM8K's prompt characters measured here, MATH-500's estimated
+    Benchmark("gsm8k", load_gsm8k, (
+        DataFile("source", "gsm8k"),
+        DataFile("fewshot_source", None, lambda o: o["fewshot"] > 0, local=True,
+                 why="needed with fewshot {fewshot} (a file of exemplars; test rows are never "
+                     "used as exemplars)")), counted(1319), 321),
+    Benchmark("math500", load_math500, (DataFile("source", "math500"),), counted(500), 300),
+)

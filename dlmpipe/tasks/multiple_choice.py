@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import random
 
+from .spec import Benchmark, DataFile, counted, is_dataset_id
 from .sources import read_records, require, resolve_source
 
 LETTERS = "ABCDEFGHIJKLMNOP"
@@ -151,3 +152,20 @@ def _cot(r: dict) -> str:
 def _clean(text) -> str:
     return str(text or "").strip()
 
+
+BENCHMARKS = (  # prompt characters estimated (MMLU-Pro: 5-shot chain of thought)
+    Benchmark("gpqa_main", load_gpqa_main, (DataFile("source", "gpqa_main"),), counted(448), 800),
+    Benchmark("gpqa_diamond", load_gpqa_diamond, (DataFile("source", "gpqa_diamond"),),
+              counted(198), 800),
+    Benchmark("mmlu_pro", load_mmlu_pro, (
+        DataFile("source", "mmlu_pro"),
+        # a dataset id as source brings its own validation split
+        DataFile("fewshot_source", "mmlu_pro_validation",
+                 lambda o: o["fewshot"] > 0 and (o.get("fewshot_source")
+                                                 or not is_dataset_id(o.get("source"))))),
+        counted(12032), 7000,
+        subtask_rows={"biology": 717, "business": 789, "chemistry": 1132, "computer science": 410,
+                      "economics": 844, "engineering": 969, "health": 818, "history": 381,
+                      "law": 1101, "math": 1351, "other": 924, "philosophy": 499, "physics": 1299,
+                      "psychology": 798}),
+)

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from ..io import atomic_write_parquet
 from ..lmeval.campaign import load_lm_eval  # imports lm_eval only when it loads a task
-from .benchmarks import LOADERS
+from .benchmarks import BENCHMARKS, LOADERS
 from .toy import make_examples
 
 TASK_COLUMNS = ["task_id", "prompt", "kind", "answer", "code_prefix", "test", "entry_point"]
@@ -42,46 +42,28 @@ TASKS: dict[str, Callable[..., list[dict]]] = {
 
 
 # ---- sizes, for planning a campaign before its data is downloaded (``dlmpipe plan``) ----------
-#: rows of each registered benchmark's full data (docs/SCORING.md, "Benchmarks"); the toy tasks
-#: have ``n`` rows. tests/test_cli.py checks each against the files present here.
-ROWS = {"humaneval": 164, "humaneval_plus": 164, "humaneval_et": 164, "mbpp": 427,
-        "mbpp_plus": 378, "mbpp_et": 427,  # MBPP-ET: the sanitized problems it covers, at most
-        "livecodebench": 400, "gsm8k": 1319, "math500": 500, "bbh": 6511, "gpqa_main": 448,
-        "gpqa_diamond": 198, "mmlu_pro": 12032, "pubmedqa": 1000, "pubmedqa_test": 500,
-        "finqa": 1147}
-#: rows per subtask where a task's ``subtasks`` option selects some: BBH's tasks (250 each but
-#: three), MMLU-Pro's categories
-SUBTASK_ROWS = {
-    "bbh": {"causal_judgement": 187, "penguins_in_a_table": 146, "snarks": 178},  # others 250
-    "mmlu_pro": {"biology": 717, "business": 789, "chemistry": 1132, "computer science": 410,
-                 "economics": 844, "engineering": 969, "health": 818, "history": 381,
-                 "law": 1101, "math": 1351, "other": 924, "philosophy": 499, "physics": 1299,
-                 "psychology": 798}}
-SUBTASK_DEFAULT_ROWS = {"bbh": 250}
-#: mean characters of a row's prompt and response prefix at the loader's default options
-#: (few-shot exemplars included): measured on the files here where marked, else estimated from
-#: the prompt format; ``dlmpipe plan`` turns them into tokens
-PROMPT_CHARS = {"toy_code": 65, "toy_arith": 49,  # measured (n 40, seed 1000)
-                "humaneval": 1037, "humaneval_plus": 1037, "humaneval_et": 1037,  # measured
-                "mbpp": 430, "mbpp_plus": 299, "gsm8k": 321, "bbh": 3165,  # measured
-                "pubmedqa": 1486, "pubmedqa_test": 1498,  # measured
-                "mbpp_et": 430,  # as mbpp (the same problems and prompt)
-                "livecodebench": 2000, "math500": 300, "gpqa_main": 800, "gpqa_diamond": 800,
-                "mmlu_pro": 7000, "finqa": 4000,  # estimated (mmlu_pro: 5-shot chain of thought)
-                "lm_eval": 1000}  # a guess: lm-eval's tasks range from 100 to 10,000
+#: each benchmark declares its size and prompt length in its own module (``spec.Benchmark``);
+#: the toy tasks have ``n`` rows, an lm-eval task its ``limit`` (else unknown: 0)
+TOY_PROMPT_CHARS = {"toy_code": 65, "toy_arith": 49}  # measured (n 40, seed 1000)
+LM_EVAL_PROMPT_CHARS = 1000  # a guess: lm-eval's tasks range from 100 to 10,000
+
+
+def prompt_chars(name: str, options: dict) -> int:
+    """Mean characters of a task's prompt and response prefix (few-shot exemplars included),
+    measured or estimated; ``dlmpipe plan`` turns them into tokens."""
+    if name in BENCHMARKS:
+        return BENCHMARKS[name].chars(options)
+    return TOY_PROMPT_CHARS.get(name, LM_EVAL_PROMPT_CHARS)
 
 
 def task_rows(name: str, options: dict) -> int:
     """Rows a task of registered benchmark ``name`` has with ``options`` (its config entry),
-    without loading it: ``ids``, else ``limit`` of the known size (``n`` for the toy tasks,
-    the selected ``subtasks`` where sizes are known per subtask)."""
+    without loading it: ``ids``, else ``limit`` of its size (a local file's records where
+    ``source`` names one; ``n`` for the toy tasks; the selected ``subtasks``)."""
     if options.get("ids"):
         return len(options["ids"])
-    if name in ROWS:
-        rows = ROWS[name]
-        if options.get("subtasks") and name in SUBTASK_ROWS:
-            per = SUBTASK_ROWS[name]
-            rows = sum(per.get(s, SUBTASK_DEFAULT_ROWS.get(name, 0)) for s in options["subtasks"])
+    if name in BENCHMARKS:
+        rows = BENCHMARKS[name].size(options)
     elif name == "lm_eval":  # its size is lm-eval's to know: the limit, else unknown (0)
         return options.get("limit") or 0
     else:  # a generated task: its ``n`` (the loader's default when unset)
