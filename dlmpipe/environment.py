@@ -85,17 +85,27 @@ def fingerprint_id(fields: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def transformers_version() -> str:
+    """The installed transformers' version, read from its package metadata: importing it takes
+    0.5-1 s, and the model jobs no longer need it (backbones/light_tokenizer.py)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformers")
+    except PackageNotFoundError:
+        return ""
+
+
 @functools.lru_cache(maxsize=None)
 def _environment(device_type: str, device_index: int | None) -> dict:
     import torch
-    import transformers
 
     gpu = {"gpu_name": "", "gpu_driver": "", "cuda_version": ""}  # decoding on the CPU
     if device_type == "cuda":
         gpu = {"gpu_name": torch.cuda.get_device_name(device_index), "gpu_driver": nvidia_driver(),
                "cuda_version": torch.version.cuda or ""}
     fields = {"cpu_model": cpu_model(), **gpu, "torch_version": torch.__version__,
-              "transformers_version": transformers.__version__, "dlmpipe_revision": git_revision(),
+              "transformers_version": transformers_version(), "dlmpipe_revision": git_revision(),
               "torch_threads": str(torch.get_num_threads()),
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "")}
     return {**fields, FINGERPRINT: fingerprint_id(fields)}
@@ -115,9 +125,8 @@ def environment(device=None) -> dict:
 def provenance_versions() -> dict:
     """The versions a provenance record names, from the same source as the rows' columns."""
     import torch
-    import transformers
 
     from . import __version__
     return {"dlmpipe": __version__, "git_revision": git_revision(),
             "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__}
+            "transformers": transformers_version()}

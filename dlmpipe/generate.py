@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
+from .arrow import table_from_rows
 from .decode import DecodeResult, decode
 from .environment import COLUMNS as ENVIRONMENT_COLUMNS
 from .environment import environment, provenance_versions
@@ -194,7 +195,7 @@ def load_job_model(man: dict, dev: torch.device, method: dict, proxies: str | No
     from .methods import build_method
 
     loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev,
-                           sha256=man.get("sha256"))
+                           sha256=man.get("sha256"), light_tokenizer=True)
     model = loaded.model
     artifacts = {}
     if proxies:  # the backbone's singular proxies (svd rule)
@@ -274,7 +275,7 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     from tqdm import tqdm
 
     from .backbones.manifest import read_manifest
-    from .tasks import read_task_table
+    from .arrow import read_rows as read_task_table  # no pandas (dlmpipe/arrow.py)
 
     out_path = Path(out)
     man = read_manifest(manifest)
@@ -337,7 +338,7 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
             journal.append(record)
 
     final = [journal.rows[i] for i in indices]
-    atomic_write_parquet(out_path, pa.Table.from_pylist(final, schema=GENERATION_SCHEMA))
+    atomic_write_parquet(out_path, table_from_rows(final, GENERATION_SCHEMA))
     if probes_out:
         from .probes.shadow import probes_table
 

@@ -16,9 +16,8 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from .arrow import read_table
 from .io import atomic_write_json, atomic_write_parquet
 
 # columns that must agree between every row of a merged file (one method's decoding of one task)
@@ -59,10 +58,10 @@ def merge_shards(shard_files: list[str], task_file: str, out: str, provenance: s
         raise ValueError("merge-generations: no shard files given")
     if shard_provenance is not None and len(shard_provenance) != k:
         raise ValueError(f"{len(shard_provenance)} provenance files for {k} shards")
-    task_ids = pq.read_table(task_file, columns=["task_id"]).column("task_id").to_pylist()
+    task_ids = read_table(task_file, columns=["task_id"]).column("task_id").to_pylist()
     n = len(task_ids)
 
-    tables = [pq.read_table(path) for path in shard_files]
+    tables = [read_table(path) for path in shard_files]
     shard_indices = [t.column("sample_index").to_pylist() for t in tables]
     owner: dict[int, str] = {}
     for path, indices in zip(shard_files, shard_indices):
@@ -85,6 +84,8 @@ def merge_shards(shard_files: list[str], task_file: str, out: str, provenance: s
         if missing:
             raise ValueError(f"{path}: shard {i}/{k} lacks sample(s) {missing[:10]} "
                              f"({len(missing)} of {len(want)} missing)")
+
+    import pyarrow.compute as pc  # only the merge sorts (generate jobs import shard_range)
 
     merged = pa.concat_tables(tables, promote_options="default")
     merged = merged.take(pc.sort_indices(merged, [("sample_index", "ascending")]))

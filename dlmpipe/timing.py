@@ -30,6 +30,7 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
+from .arrow import table_from_rows
 from .decode import decode
 from .environment import COLUMNS as ENVIRONMENT_COLUMNS
 from .environment import environment
@@ -117,7 +118,7 @@ def run_timing_job(manifest: str, task_file: str, method: dict, out: str,
     from .backbones.loading import load_backbone
     from .backbones.manifest import read_manifest
     from .methods import build_method
-    from .tasks import read_task_table
+    from .arrow import read_rows as read_task_table  # no pandas (dlmpipe/arrow.py)
 
     if samples < 1 or repeats < 1:
         raise ValueError(f"timing needs samples >= 1 and repeats >= 1 (got {samples}, {repeats})")
@@ -135,7 +136,7 @@ def run_timing_job(manifest: str, task_file: str, method: dict, out: str,
     if not rows:
         raise ValueError(f"{task_file}: the task has no samples to time")
     loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev,
-                           sha256=man.get("sha256"))
+                           sha256=man.get("sha256"), light_tokenizer=True)
     model = loaded.model
     artifacts = {}
     if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
@@ -191,7 +192,7 @@ def run_timing_job(manifest: str, task_file: str, method: dict, out: str,
                                    subject.get("batch_size", batch_size), common)
     finally:
         gc.enable()
-    atomic_write_parquet(out, pa.Table.from_pylist(records, schema=TIMING_SCHEMA))
+    atomic_write_parquet(out, table_from_rows(records, TIMING_SCHEMA))
     batched = [x for x in records if x["pass"] == "throughput"]
     log(f"timed on {dev_name} (environment {env['fingerprint']}); throughput pass of "
         f"{subject['name']} at batch {batched[0]['batch_size']}: "

@@ -100,11 +100,13 @@ def check_checkpoint(path: str | Path) -> BackboneConfig:
 
 def load_backbone(path: str | Path, dtype: str | torch.dtype = "float32",
                   device: str | torch.device = "cpu", with_tokenizer: bool = True,
-                  sha256: dict[str, str] | None = None, gpus: int | None = None) -> LoadedBackbone:
+                  sha256: dict[str, str] | None = None, gpus: int | None = None,
+                  light_tokenizer: bool = False) -> LoadedBackbone:
     """Load a local checkpoint directory into the native backbone (see the module docstring).
     ``sha256``: {safetensors file: hash} the weight files must have, checked first. ``gpus``
     (None: the job's, ``placement.job_gpus``): on CUDA with more than one, each tensor is read
-    straight onto the GPU of its layer's stage (dlmpipe/placement.py)."""
+    straight onto the GPU of its layer's stage (dlmpipe/placement.py). ``light_tokenizer``: the
+    tokenizer without transformers where the checkpoint allows (tokenizer.py; the model jobs)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: checkpoint directory does not exist")
@@ -114,7 +116,7 @@ def load_backbone(path: str | Path, dtype: str | torch.dtype = "float32",
     torch_dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
     device = torch.device(device)
     cfg = read_config(path)
-    tokenizer = load_tokenizer(path, cfg.family) if with_tokenizer else None
+    tokenizer = load_tokenizer(path, cfg.family, light=light_tokenizer) if with_tokenizer else None
     resolve_special_ids(cfg, tokenizer, path)
     with torch.device("meta"):
         model = Backbone(cfg)

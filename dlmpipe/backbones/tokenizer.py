@@ -12,7 +12,7 @@ from .families import family as family_named
 from .model import BackboneConfig
 
 
-def load_tokenizer(path: Path, family: str | None = None):
+def load_tokenizer(path: Path, family: str | None = None, light: bool = False):
     """The checkpoint's tokenizer, without remote code.
 
     LLaDA ships a fast ``tokenizer.json``. The Qwen-based families (``Family.bpe_tokenizer``;
@@ -20,11 +20,22 @@ def load_tokenizer(path: Path, family: str | None = None):
     vocab.json + merges.txt, so transformers' own Qwen2 tokenizer reads those files; the added
     tokens (``<|mask|>``, ...) come from tokenizer_config.json / added_tokens.json and are checked
     to land on their declared ids.
-    """
-    import transformers
 
+    ``light``: read tokenizer.json with the ``tokenizers`` package alone where that is all the
+    checkpoint needs (light_tokenizer.py: the same ids and text, without importing transformers;
+    the model jobs' start-up), else transformers as above.
+    """
     path = Path(path)
     bpe = family_named(family or read_config(path).family).bpe_tokenizer
+    if light:
+        from .light_tokenizer import light_tokenizer
+
+        tok = light_tokenizer(path, bpe)
+        if tok is not None:
+            _check_added_tokens(tok, path)
+            return tok
+    import transformers
+
     has_bpe = (path / "vocab.json").is_file() and (path / "merges.txt").is_file()
     has_fast = (path / "tokenizer.json").is_file()
     if bpe and has_bpe:

@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from ..arrow import column, read_table
+from ..arrow import read_rows as read_task_table  # no pandas (dlmpipe/arrow.py)
 from ..io import atomic_write_parquet
-from ..tasks.registry import read_task_table
 from .answers import ANSWER_KINDS, check_answer
 from .code import Settings, score_code
 from .levels import isolation
@@ -78,7 +78,7 @@ def score_generations(generations_path: str | Path, task_file: str | Path, out: 
     task has extended tests; ``extracted``/``extraction_rule`` for answer tasks; ``subtask`` when
     the task has subtasks). ``options``: time limits and resources (``Settings``); ``sandbox``:
     the isolation level (``score_many``)."""
-    generations = pq.read_table(generations_path)
+    generations = read_table(generations_path)
     tasks = {r["task_id"]: r for r in read_task_table(task_file)}
     ids = generations.column("task_id").to_pylist()
     completions = generations.column("completion").to_pylist()
@@ -103,5 +103,5 @@ def score_generations(generations_path: str | Path, task_file: str | Path, out: 
     table = generations.drop_columns([n for n, _ in fields if n in generations.column_names])
     for name, dtype in fields:
         table = table.append_column(pa.field(name, dtype),
-                                    pa.array([r.get(name) for r in results], type=dtype))
+                                    column([r.get(name) for r in results], dtype))
     atomic_write_parquet(out, table)
