@@ -247,8 +247,9 @@ def test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options
 #: how far the first 100 steps' weights may move where the kernels differ from the record's
 #: (fingerprint_distance: the largest relative change of a parameter's mean or RMS). Measured:
 #: this machine's native AVX-512 kernels against MKL's AVX2 branch and ATen's AVX2 kernels moved
-#: the toy's by 1.25e-5; one training step moves them by 100x this bound or more (asserted)
-PREFIX_TOLERANCE = 2e-4
+#: the toy's by 1.25e-5; its 100th training step moves them by 0.0101, 100x this bound (at least
+#: 50x asserted, so the check tells 99 steps from 100)
+PREFIX_TOLERANCE = 1e-4
 
 
 @pytest.mark.parametrize("name", shipped_names())
@@ -260,11 +261,11 @@ def test_the_first_training_steps_are_what_train_toy_trains_with_the_recorded_op
     steps: where the kernels are the record's (torch, CPU, capability, threads, MKL/ATen
     settings), bit for bit; elsewhere by the near-tie rule's counterpart for training
     (docs/ARCHITECTURE.md, "The same evidence on every machine"): within PREFIX_TOLERANCE, which
-    one training step exceeds a hundredfold, so a change of train_toy (its data, noise, model,
+    one training step exceeds at least fiftyfold, so a change of train_toy (its data, noise, model,
     loss or optimizer) still fails while another machine's rounding does not."""
     record = read_record(name)
     prefix = record["prefix"]
-    assert prefix["last_step_moved"] >= 100 * PREFIX_TOLERANCE, prefix["last_step_moved"]
+    assert prefix["last_step_moved"] >= 50 * PREFIX_TOLERANCE, prefix["last_step_moved"]
     here = prefix_environment(record["options"]["threads"])
     same_kernels = all(here.get(key) == value for key, value in prefix["environment"].items())
     threads = torch.get_num_threads()

@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                    "against the stored file instead of regenerating it")
     p.add_argument("--backbone", action="append", default=None, help="regenerate only this "
                    "backbone's entries (repeatable), keeping the others' stored ones")
+    p.add_argument("--jobs", type=int, default=1, help="the plain and perturbed runs in this many "
+                   "processes side by side (one thread each)")
     a = p.parse_args(argv)
     if a.check:
         accepted: list[str] = []
@@ -217,10 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     from dlmpipe.backbones.shipped import read_record
 
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        results = run(Path(tmp) / "plain", backbones=a.backbone)
-        near_ties(results, [run(Path(tmp) / f"perturbed-{seed}", backbones=a.backbone, perturb=seed)
-                            for seed in NEAR_TIE["seeds"]])
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(
+            a.jobs, mp_context=get_context("spawn"), initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        runs = [pool.submit(run, Path(tmp) / f"run-{seed}", None, None, a.backbone, seed)
+                for seed in [None, *NEAR_TIE["seeds"]]]
+        results = runs[0].result()
+        near_ties(results, [r.result() for r in runs[1:]])
     campaign = default_campaign()
     if a.backbone:  # the other backbones' entries as stored
         kept = {k: e for k, e in read_expected()["results"].items()
