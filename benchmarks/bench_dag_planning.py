@@ -1,10 +1,18 @@
-"""On-demand benchmark (not in CI): how long Snakemake takes to plan a large campaign, and what
-one job costs the local executor.
+"""On-demand benchmark (not in CI): how long Snakemake takes to plan a large campaign, against
+bare Snakemake planning rules of the same shape, and what one job costs the local executor.
 
-1. Planning: a 10,000-job campaign (4 ``path:`` backbones -- tiny checkpoints in the exact
-   LLaDA/Dream formats -- x 10 tasks x 125 methods from one sweep = 5,000 generate + 5,000 score
-   jobs, plus preparation, summary and plots) planned with ``snakemake -n`` (dry run) from scratch,
-   best of ``--repeat``; with ``--shards N`` the generate jobs are split N ways too.
+1. Planning: a campaign of the current shape (4 ``path:`` backbones -- tiny checkpoints in the
+   exact LLaDA/Dream formats -- x 10 tasks x 125 methods from one sweep: 5,000 generate, 5,000
+   score and 5,000 per-method timing jobs, plus preparation, summary and plots) planned with
+   ``snakemake -n`` (dry run) from scratch, best of ``--repeat``; with ``--shards N`` the generate
+   jobs are split N ways too. In the same run, a bare Snakefile with rules of the same shape
+   (the same wildcards, the same jobs per rule, the same inputs between them; ``touch`` for
+   every command, no dlmpipe) is planned the same way, and the ratio printed (goal: 1.5x at
+   most): what the workflow's own Python (campaign checks, input functions, params) adds to
+   Snakemake's planning. The tasks' data files are looked up as a job would
+   (``$DLMPIPE_DATA_DIR``, else the repository's ``../shared/data``, passed to the dry run as
+   ``$DLMPIPE_DATA_DIR``); a dry run that fails says why (Snakemake's own words, from its stdout
+   and stderr).
 2. Per-job overhead of the local executor: ``--jobs`` trivial jobs (``touch {output}``) of a
    one-rule Snakefile, run with ``--cores 2``; the wall time per job, minus the same run's planning
    (its dry run).
@@ -14,6 +22,8 @@ one job costs the local executor.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import subprocess
 import sys
@@ -54,34 +64,186 @@ def campaign(root: Path, shards: int) -> dict:
             "methods": methods}
 
 
-def dry_run(workdir: Path, config: Path) -> tuple[float, dict[str, int]]:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory",
-           str(workdir), "--configfile", str(config), "-n", "--quiet", "rules"]
+def data_dir() -> Path:
+    """Where the tasks' data files are: $DLMPIPE_DATA_DIR, else the repository's ../shared/data
+    (tasks/sources.py looks there too, but relative to the dry run's working directory, which
+    is a temporary one here)."""
+    return Path(os.environ.get("DLMPIPE_DATA_DIR") or REPO.parent / "shared" / "data").resolve()
+
+
+def failure_reason(proc: subprocess.CompletedProcess, what: str) -> str:
+    """Why a dry run failed: Snakemake prints a workflow error (a campaign check, a missing data
+    file) on stdout and tracebacks on stderr; both tails, the error lines first."""
+    text = (proc.stdout or "") + "\n" + (proc.stderr or "")
+    errors = [line for line in text.splitlines()
+              if re.search(r"Error|error:|No such file|not found|missing", line)]
+    hint = ""
+    if not data_dir().is_dir():
+        hint = (f"\n(the tasks' data files are looked up in {data_dir()}, which does not exist: "
+                "set DLMPIPE_DATA_DIR to the directory holding them, docs/SCORING.md)")
+    return (f"{what} failed (exit status {proc.returncode}); its errors:\n  "
+            + "\n  ".join(errors[-12:] or ["(none named)"])
+            + f"\n--- stdout (tail) ---\n{proc.stdout[-2500:]}\n--- stderr (tail) ---\n"
+            f"{proc.stderr[-2500:]}{hint}")
+
+
+def dry_run(snakefile: Path, workdir: Path, config: Path | None, what: str) -> tuple[float, dict[str, int]]:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "--directory", str(workdir),
+           "-n", "--quiet", "rules"] + (["--configfile", str(config)] if config else [])
+    env = {**os.environ, "DLMPIPE_DATA_DIR": str(data_dir())}
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     took = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"dry run failed:\n{proc.stderr[-3000:]}")
+    if proc.returncode != 0 or "Job stats:" not in proc.stdout:
+        raise SystemExit(failure_reason(proc, what))
     table = proc.stdout.split("Job stats:", 1)[1].split("Reasons:", 1)[0]
     counts = {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
     return took, counts
+
+
+#: bare Snakemake with the campaign's shape: the same wildcards and rules, each job one ``touch``
+BARE = """
+B, T, M, SHARDS = {backbones!r}, {tasks!r}, {methods!r}, {shards}
+GEN = "results/generations/{{backbone}}/{{task}}/{{method}}"
+OUT = GEN if SHARDS == 1 else GEN + ".shards/{{shard}}-of-" + str(SHARDS)
+
+wildcard_constraints:
+    backbone="|".join(B), task="|".join(T), method="|".join(M), shard=r"\\d+"
+
+rule all:
+    input:
+        "results/summary.parquet", "results/plots/done", "results/sweeps/done", "results/tables/done"
+
+rule prepare_backbone:
+    output: "results/backbones/{{backbone}}/manifest.json"
+    shell: "touch {{output}}"
+
+rule prepare_task:
+    output: "results/tasks/{{task}}.parquet"
+    shell: "touch {{output}}"
+
+rule generate:
+    input:
+        manifest="results/backbones/{{backbone}}/manifest.json",
+        task="results/tasks/{{task}}.parquet",
+    output: OUT + ".parquet", OUT + ".provenance.json"
+    params: method=lambda w: w.method, seed=0
+    threads: 1
+    resources: gpu=1, mem_mb=2000, runtime=60
+    shell: "touch {{output}}"
+
+if SHARDS > 1:
+    rule merge_generations:
+        input: expand(OUT + ".parquet", shard=range(SHARDS), allow_missing=True)
+        output: GEN + ".parquet", GEN + ".provenance.json"
+        localrule: True
+        shell: "touch {{output}}"
+
+rule score:
+    input:
+        generations=GEN + ".parquet",
+        task="results/tasks/{{task}}.parquet",
+    output: "results/scores/{{backbone}}/{{task}}/{{method}}.parquet"
+    resources: mem_mb=2000, runtime=30
+    shell: "touch {{output}}"
+
+rule time_method:
+    input:
+        manifest="results/backbones/{{backbone}}/manifest.json",
+        task="results/tasks/{{task}}.parquet",
+    output: "results/timing/{{backbone}}/{{task}}/{{method}}.parquet"
+    params: method=lambda w: w.method, reference=lambda w: M[0]
+    resources: gpu=1, mem_mb=2000, runtime=60
+    shell: "touch {{output}}"
+
+rule summarize:
+    input:
+        scores=expand("results/scores/{{b}}/{{t}}/{{m}}.parquet", b=B, t=T, m=M),
+        timing=expand("results/timing/{{b}}/{{t}}/{{m}}.parquet", b=B, t=T, m=M),
+    output: "results/summary.parquet", "results/summary.csv"
+    localrule: True
+    shell: "touch {{output}}"
+
+rule plot:
+    input: "results/summary.parquet"
+    output: "results/plots/done"
+    localrule: True
+    shell: "touch {{output}}"
+
+rule tables:
+    input: "results/summary.parquet"
+    output: "results/tables/done"
+    localrule: True
+    shell: "touch {{output}}"
+
+rule plot_sweeps:
+    input: "results/summary.parquet"
+    output: "results/sweeps/done"
+    localrule: True
+    shell: "touch {{output}}"
+"""
+
+
+def bare_snakefile(path: Path, config: dict) -> Path:
+    sweep = config["methods"]["archer"]["sweep"]  # 125 names of the campaign's pattern
+    methods = [f"archer-k{k}-n{n}" for k in sweep["cache.K"] for n in sweep["sampler.n"]]
+    path.write_text(BARE.format(backbones=list(config["backbones"]), tasks=list(config["tasks"]),
+                                methods=methods, shards=config["shards"]))
+    return path
+
+
+def without_missing_data(spec: dict) -> dict:
+    """The campaign with each task whose data file is not here replaced by a toy task of the
+    same name (``benchmark: toy_code``; the same jobs, so the same shape), each one said."""
+    import os
+
+    from dlmpipe.campaign import Campaign, ConfigError
+
+    os.environ["DLMPIPE_DATA_DIR"] = str(data_dir())
+    try:
+        Campaign(json.loads(json.dumps(spec)), str(REPO / "workflow/schemas/config.schema.yaml"))
+        return spec
+    except ConfigError as e:
+        missing = sorted(set(re.findall(r"tasks\.(\w+)\.(?:source|base_source)", str(e))))
+        if not missing:
+            raise
+    for t in missing:
+        spec["tasks"][t] = {"benchmark": "toy_code", "n": 20, "seed": 1000, "gen_length": 256}
+    print(f"(no data file of {', '.join(missing)} in {data_dir()}: planned as toy_code tasks of "
+          "the same names, the same jobs; set DLMPIPE_DATA_DIR to plan the real ones)")
+    return spec
 
 
 def planning(repeat: int, shards: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         config = root / "campaign.yaml"
-        config.write_text(yaml.safe_dump(campaign(root, shards), sort_keys=False))
-        times = []
-        for i in range(repeat):
+        spec = without_missing_data(campaign(root, shards))
+        config.write_text(yaml.safe_dump(spec, sort_keys=False))
+        bare = bare_snakefile(root / "Snakefile.bare", spec)
+        times, bare_times = [], []
+        for i in range(repeat):  # alternating, so load on a shared machine hits both alike
             workdir = root / f"run{i}"
             workdir.mkdir()
-            took, counts = dry_run(workdir, config)
+            took, counts = dry_run(REPO / "Snakefile", workdir, config, "the campaign's dry run")
             times.append(took)
-        jobs = counts.pop("total")
-        print(f"planning (snakemake -n, from scratch): {jobs} jobs, best {min(times):.1f} s of "
-              f"{repeat} ({1e3 * min(times) / jobs:.2f} ms per job)")
-        print("  " + ", ".join(f"{rule} {n}" for rule, n in counts.items()))
+            workdir = root / f"bare{i}"
+            workdir.mkdir()
+            took, bare_counts = dry_run(bare, workdir, None, "the bare Snakefile's dry run")
+            bare_times.append(took)
+        jobs, bare_jobs = counts.pop("total"), bare_counts.pop("total")
+        print(f"planning (snakemake -n, from scratch), best of {repeat}:")
+        print(f"  dlmpipe's workflow: {jobs} jobs in {min(times):.1f} s "
+              f"({1e3 * min(times) / jobs:.2f} ms per job)")
+        print("    " + ", ".join(f"{rule} {n}" for rule, n in counts.items()))
+        print(f"  bare Snakemake, rules of the same shape: {bare_jobs} jobs in {min(bare_times):.1f} s "
+              f"({1e3 * min(bare_times) / bare_jobs:.2f} ms per job)")
+        print("    " + ", ".join(f"{rule} {n}" for rule, n in bare_counts.items()))
+        for rule in ("generate", "score", "time_method"):
+            if counts.get(rule) != bare_counts.get(rule):
+                print(f"  WARNING: {rule}: {counts.get(rule)} jobs in the campaign, "
+                      f"{bare_counts.get(rule)} in the bare Snakefile (not the same shape)")
+        print(f"  ratio: {min(times) / min(bare_times):.2f}x the bare planning (goal: 1.5x at most)")
 
 
 TRIVIAL = """

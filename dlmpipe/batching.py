@@ -58,8 +58,10 @@ def default_batch_size(device: torch.device | str) -> int:
     weights on an 80 GB card; set it lower on smaller cards or longer sequences), 8
     on the CPU (the per-call cost a small model pays at batch 1 is mostly shared by then; a CPU
     core's matrix products are near compute-bound already, so more slots add little:
-    docs/ARCHITECTURE.md, performance shape)."""
-    return 16 if torch.device(device).type == "cuda" else 8
+    docs/ARCHITECTURE.md, performance shape). The numbers: batch_size.AUTO."""
+    from .batch_size import default_batch_size as auto
+
+    return auto(torch.device(device))
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """``python -m dlmpipe <command>``: the user's commands first, then the jobs the workflow runs.
 
 The commands live in dlmpipe/commands/: user.py (check, methods, decode, plan) and jobs.py (every
-command a rule calls, and the tools beside them). Here: the parser's layout, whose ``--help``
+command a rule calls, and the tools beside them; reports.py holds the analyses' and the report's). Here: the parser's layout, whose ``--help``
 lists the three groups apart, and ``main``, which settles the job's threads before torch loads
 and turns the errors a user can fix into one line and exit status 2.
 """

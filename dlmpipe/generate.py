@@ -21,6 +21,7 @@ import pyarrow as pa
 import torch
 
 from .arrow import table_from_rows
+from .batch_size import resolve_batch_size  # noqa: F401  (the jobs' batch size; re-exported)
 from .decode import DecodeResult, decode
 from .environment import COLUMNS as ENVIRONMENT_COLUMNS
 from .environment import environment, provenance_versions
@@ -235,27 +236,6 @@ def generation_row(job: JobModel, i: int, row: dict, prompt_len: int, res: Decod
 def job_samples(n_rows: int, shard: str, limit: int | None) -> range:
     """The sample indices a job decodes: its shard of the first ``limit`` rows (all: None)."""
     return shard_range(n_rows if limit is None else min(limit, n_rows), shard)
-
-
-def resolve_batch_size(batch_size: int | str, device: torch.device, compile: str = "none",
-                       shadow: dict | None = None) -> int:
-    """The samples a generate job decodes together. ``auto``: ``batching.default_batch_size``
-    of the device, or 1 when steps are compiled or a shadow probe runs (both need one sample
-    at a time: a captured graph or compiled step cannot pause mid-step for the other slots,
-    and the probe's clones run their own forwards). An explicit size above 1 with a compile
-    mode is refused (the campaign refuses it at config time)."""
-    from .batching import default_batch_size
-
-    if batch_size == "auto":
-        return 1 if compile != "none" or shadow is not None else default_batch_size(device)
-    b = int(batch_size)
-    if b < 1:
-        raise ValueError(f"batch_size: {batch_size!r}; use a positive integer or auto")
-    if b > 1 and compile != "none":
-        raise ValueError(f"batch_size {b} with compile: {compile}: batched decoding runs eagerly "
-                         "(a captured or compiled step cannot wait for the other slots); use "
-                         "batch_size 1 (or auto) with compile modes")
-    return 1 if shadow is not None else b
 
 
 def run_generation_job(manifest: str, task_file: str, method: dict, out: str, provenance: str,

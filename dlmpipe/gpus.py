@@ -13,8 +13,8 @@ and activations. Its need is
 and it asks for ceil(need / ``resources.generate.gpu_memory_gb``) GPUs; the job places its layers
 across the GPUs it got (dlmpipe/placement.py). The parameters come from the checkpoint's
 safetensors headers where its directory is there, else from what ``dlmpipe plan`` knows of the
-published checkpoint (plan.py ``backbone_size``); the prompt length is the plan's estimate
-(``plan.prompt_tokens``). A campaign fixes the count (``resources.generate.gpu``) or caps it
+published checkpoint (sizes.py ``backbone_size``); the prompt length is the plan's estimate
+(``sizes.prompt_tokens``). A campaign fixes the count (``resources.generate.gpu``) or caps it
 (``resources.generate.max_gpus``); a need above either is a config error naming the key.
 """
 from __future__ import annotations
@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import plan
+from . import sizes
+from .batch_size import resolve_batch_size
 
 #: bytes per element of a backbone's ``dtype``
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -53,7 +54,7 @@ class Need:
         return max(1, math.ceil(self.total / (gpu_memory_gb * GB)))
 
 
-def memory_need(size: plan.Size, dtype: str, rows: float, batch: int) -> Need:
+def memory_need(size: sizes.Size, dtype: str, rows: float, batch: int) -> Need:
     """The need of a job decoding ``batch`` samples of ``rows`` rows on a backbone of ``size``."""
     b = DTYPE_BYTES[dtype]
     kv = size.n_layers * size.n_kv_heads * size.head_dim * 2 * rows * batch * b
@@ -68,11 +69,7 @@ def uses_gpus(config: dict) -> bool:
 
 def job_batch(campaign, method: str) -> int:
     """The samples a generate job on a GPU decodes together (``auto``: batching's default)."""
-    from .generate import resolve_batch_size
-
-    import torch
-
-    return resolve_batch_size(campaign.batch_size(method), torch.device("cuda"),
+    return resolve_batch_size(campaign.batch_size(method), "cuda",
                               campaign.config.get("compile", "none"))
 
 
@@ -86,12 +83,12 @@ class JobGpus:
 
 
 def job_need(campaign, backbone: str, task: str, method: str,
-             size: plan.Size | None = None) -> Need | None:
+             size: sizes.Size | None = None) -> Need | None:
     """The memory need of the generate job of (``backbone``, ``task``, ``method``)."""
-    size = size or plan.backbone_size(campaign, backbone)
+    size = size or sizes.backbone_size(campaign, backbone)
     if size is None:
         return None
-    rows = plan.prompt_tokens(campaign, backbone, task, size, None) + campaign.gen_length(method, task)
+    rows = sizes.prompt_tokens(campaign, backbone, task, size, None) + campaign.gen_length(method, task)
     return memory_need(size, campaign.config["backbones"][backbone]["dtype"], rows,
                        job_batch(campaign, method))
 
@@ -103,7 +100,7 @@ def backbone_gpus(campaign, backbone: str) -> JobGpus:
     r = campaign.config["resources"]["generate"]
     if not uses_gpus(campaign.config):
         return JobGpus(r["gpu"] or 0, None, "device is not cuda")
-    size = plan.backbone_size(campaign, backbone)
+    size = sizes.backbone_size(campaign, backbone)
     needs = [job_need(campaign, b, t, m, size) for b, t, m in campaign.decoding_jobs()
              if b == backbone] if size is not None else []
     need = max(needs, key=lambda n: n.total, default=None)

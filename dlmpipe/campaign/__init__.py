@@ -38,7 +38,6 @@ from . import jobs as _jobs
 from .expansion import TEMPLATE_FIELD, expand_method, part_problems
 from .files import read_campaign_files
 from .hashes import HashCache
-from .show import main  # noqa: F401  (python -m dlmpipe.campaign)
 from .tasks import task_problems, unknown_tasks
 
 

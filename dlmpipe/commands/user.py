@@ -20,7 +20,7 @@ COMMANDS = ("check", "methods", "decode", "plan", "lm-eval")
 
 
 def _check(a: argparse.Namespace) -> int:
-    from ..campaign import main
+    from ..campaign.show import main
 
     return main(a.config)
 

@@ -80,7 +80,7 @@ def primary_metric(task, chosen: str | None = None) -> str:
     unless the task generates text and the metric is a mean over docs (a per-doc verdict)."""
     from lm_eval.api.metrics import mean
 
-    from .model import LOGLIKELIHOOD_REFUSAL
+    from .verdicts import LOGLIKELIHOOD_REFUSAL
 
     name = task.config.task
     if task.OUTPUT_TYPE != "generate_until":
@@ -106,7 +106,7 @@ def lm_eval_verdicts(rows: list[dict], completions: list[str]) -> list[dict]:
     definition), and dlmpipe's (``dlmpipe_passed`` with ``extracted``/``extraction_rule``; None
     without a rule), both on the completion cut at lm-eval's stop strings."""
     from ..scoring.answers import check_answer
-    from .model import _cut
+    from .verdicts import _cut
     from .tasks import load_task
 
     specs = [json.loads(r[COLUMN]) for r in rows]

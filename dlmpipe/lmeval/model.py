@@ -20,14 +20,8 @@ import time
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-#: why a dlmpipe method serves no loglikelihood request
-LOGLIKELIHOOD_REFUSAL = (
-    "dlmpipe decodes with diffusion language models, which fill masked positions in any order: "
-    "they define no left-to-right factorization, so log P(continuation | context), the number "
-    "lm-eval's loglikelihood tasks (multiple_choice, perplexity) compare, is not something the "
-    "model computes; its masked-token ELBO is only a bound, and no dlmpipe sampler or cache "
-    "(whose subject is how tokens are generated) estimates it. Use a generate_until task "
-    "(e.g. gsm8k, bbh_cot_fewshot_*, bbh_zeroshot_*, or a task's *_generative/*_cot variant)")
+from .verdicts import LOGLIKELIHOOD_REFUSAL, _cut  # noqa: F401  (lmeval/campaign.py reads them there)
+
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default when a task names none
 #: every model built in this process, in order: ``python -m dlmpipe lm-eval`` prints their speed
 CREATED: list["DlmpipeLM"] = []
@@ -247,11 +241,3 @@ def _device(device: str | None):
         print(f"dlmpipe: device {device} is not available here: decoding on the CPU", flush=True)
         device = "cpu"
     return resolve_device(device or "auto")
-
-
-def _cut(text: str, until: list[str]) -> str:
-    """lm-eval's stop sequences: the text before the first occurrence of any."""
-    for stop in until:
-        if stop:
-            text = text.split(stop)[0]
-    return text
