@@ -94,7 +94,12 @@ def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], run) -> int:
     threads = torch.get_num_threads()
     memo = (kind, key, threads)
     if memo not in _chosen:
-        _chosen[memo] = next((n for n in candidates if _position_invariant(run, n)), 1)
+        # outside any dispatch mode (a host-sync counter, a FLOP counter): the probe is this
+        # process's one-time check, not the step's work
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            _chosen[memo] = next((n for n in candidates if _position_invariant(run, n)), 1)
     return _chosen[memo]
 
 
