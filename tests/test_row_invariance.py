@@ -32,3 +32,20 @@ def test_rows_are_invariant_under_other_kernels_and_thread_counts(kernels, threa
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert out.stdout.startswith("row-invariant:"), out.stdout
+
+
+def test_where_no_chunk_size_is_invariant_rows_go_one_per_call_and_it_says_so(monkeypatch):
+    """The fallback: kernels that compute rows by their place in every chunk size tried get
+    one-row calls (the same call for every row), with a warning, never silently."""
+    import torch
+
+    from dlmpipe.backbones import rowwise
+
+    monkeypatch.setattr(rowwise, "_chosen", {})
+    monkeypatch.setattr(rowwise, "_position_invariant", lambda run, n: False)
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(7, 24, generator=g), torch.randn(10, 24, generator=g)
+    with pytest.warns(UserWarning, match="one-row calls"):
+        y = rowwise.matmul_rows(x, w)
+    assert set(rowwise.chunk_sizes().values()) == {1}
+    assert all(torch.equal(y[i], rowwise.matmul_rows(x[i:i + 1], w)[0]) for i in range(7))

@@ -32,6 +32,7 @@ holds there.
 """
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 
 import torch
@@ -100,6 +101,10 @@ def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], run) -> int:
 
         with _disable_current_modes():
             _chosen[memo] = next((n for n in candidates if _position_invariant(run, n)), 1)
+        if _chosen[memo] == 1:  # invariant still, but slow: say so once per shape
+            warnings.warn(f"dlmpipe: this machine's {kind} kernel computes rows differently by their "
+                          f"place in every call size tried {candidates} (shape {key}, {threads} "
+                          "threads): one-row calls, row-invariant but slower (rowwise.py)", stacklevel=3)
     return _chosen[memo]
 
 
