@@ -24,6 +24,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from dlmpipe import registry
+
 aten = torch.ops.aten
 READ_OPS = {aten._local_scalar_dense, aten.is_nonzero, aten.nonzero, aten.masked_select,
             aten.equal, aten._unique2, aten.unique_consecutive, aten.unique_dim}
@@ -132,35 +134,14 @@ class CudaSyncs:
 
 
 #: host reads per step each sampler's decision needs (the budget the tests and the device check
-#: hold every sampler to)
-SAMPLER_READS = {"llada_confidence": 0, "random_order": 0, "saber": 1, "threshold": 1, "factor": 1,
-                 "dream": 0, "certainty_prior": 0, "pc_sampler": 0, "wino": 1,
-                 "eb_sampler": 1, "klass": 1,
-                 # the releases' block loops (block-causal backbones): whether the block (SDAR)
-                 # or the sub-block (Fast-dLLM v2) still has masks
-                 "sdar": 1, "fast_dllm_v2": 1,
-                 # dInfer's decoders: the block loop's read (accepted, masks left)
-                 "dinfer_hierarchy": 1, "dinfer_credit": 1}
-#: the sampler specs the budgets are checked with
-SAMPLER_SPECS = {name: {"name": name, "block_length": 8} for name in SAMPLER_READS} | {
-    "dream": {"name": "dream", "alg": "entropy", "temperature": 0.2, "top_p": 0.95}}
-#: cache spec -> host reads its decision needs at the first step and at every later one
-CACHE_READS = {
-    "none": ({"name": "none"}, 0, 0),
-    "archer-kinf": ({"name": "archer", "K": "inf"}, 0, 0),
-    "archer-k4": ({"name": "archer", "K": 4}, 0, 1),   # the Hamming distance, once anchored
-    "archer-age": ({"name": "archer", "refresh": "age", "A": 3}, 0, 0),
-    "fast_dllm_prefix": ({"name": "fast_dllm_prefix"}, 0, 0),
-    "fast_dllm_dual": ({"name": "fast_dllm_dual"}, 0, 0),
-    "dkv_decode": ({"name": "dkv_decode", "refresh_interval": 3}, 1, 1),  # the row sets' sizes
-    "dkv_greedy": ({"name": "dkv_greedy"}, 1, 1),
-    "spa": ({"name": "spa", "rank": 8, "refresh_gen_steps": 3}, 0, 0),
-    "dllm_cache": ({"name": "dllm_cache", "K_r": 3}, 0, 0),
-    "d2cache": ({"name": "d2cache", "current_k": 4}, 0, 1),  # the selected rows' count
-    "fast_dllm_v2": ({"name": "fast_dllm_v2"}, 0, 1),  # whether the sub-block's first is masked
-    "dinfer_vicinity": ({"name": "dinfer_vicinity", "warmup_steps": 1, "prefix_look": 2,
-                         "after_look": 2}, 0, 0),
-}
+#: hold every sampler to), the sampler specs they are checked with, and per cache setting the
+#: reads its decision needs at the first step and at every later one: each entry's
+#: ``host_sync`` (dlmpipe/registry/), so a new method is held to its own budget here
+SAMPLER_READS = {n: c.host_sync[0] for n, c in registry.SAMPLERS.items()}
+SAMPLER_SPECS = {n: {"name": n, **c.host_sync[1]} for n, c in registry.SAMPLERS.items()}
+CACHE_READS = {label: ({"name": n, **params}, first, later)
+               for n, c in registry.CACHES.items()
+               for label, (params, first, later) in c.host_sync.items()}
 
 
 def per_step_reads(counter, model, sampler, cache, prompt, gen_len: int = 16):

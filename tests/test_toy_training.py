@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from dlmpipe.backbones.model import Backbone, BackboneConfig
-from dlmpipe.backbones.toy import (_batch, _layers, _masked_forward, _reused_rows, _stale_view,
-                                   build_tokenizer, train_toy)
+from dlmpipe.backbones.toy import train_toy
+from dlmpipe.backbones.toy_format import build_tokenizer
+from dlmpipe.backbones.toy_objectives import (_batch, _layers, _masked_forward, _reused_rows,
+                                              _stale_view)
 
 MASK = 2
 

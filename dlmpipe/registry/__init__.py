@@ -19,7 +19,11 @@ relate its parameters to a task's generation length and the backbone's widths.
 - ``describe.py``: every entry and the pairing table for people (``dlmpipe methods``).
 
 Adding a method: write its class, add one entry to samplers.py or caches.py, add one row to the
-exactness table in tests/test_exactness.py. ``python -m dlmpipe methods`` (or ``python -m
+exactness table in tests/test_exactness.py (docs/DEVELOPING.md, "Adding a method"). An entry
+declares everything about itself (``component.REQUIRED``: what it means on block-causal and MoE
+backbones, its cost model, host-sync budget, the setting equal to full recompute); one that
+lacks a declaration fails at registration. A method outside this package: a module named in
+``$DLMPIPE_METHODS`` (``os.pathsep``-separated module names) calling ``register``. ``python -m dlmpipe methods`` (or ``python -m
 dlmpipe.registry``) prints every entry's parameters and which caches serve which samplers.
 """
 from .caches import CACHES, rank_within_value_projection
@@ -27,8 +31,8 @@ from .component import (ROWS, ROWS_MEANING, Component, choice, fraction_or_null,
                         positive_or_null, seed_or_null, serves, table)
 from .derived import (ATTENTIONS, BOUNDS, KINDS, NoFit, artifacts, attention_problems,
                       attention_refusal, bind, bind_method, bounds, canonical,
-                      expected, gen_length_problems, lookup, pairing_problem, refusal, resolve,
-                      schema_defs, serving_caches, widths_problems)
+                      expected, gen_length_problems, lookup, pairing_problem, refusal, register,
+                      resolve, schema_defs, serving_caches, widths_problems)
 from .describe import describe, pairing_table
 from .samplers import (CONFIDENCE, LLADA_SCHEDULE, PARALLEL_BLOCKS, SAMPLERS, TEMPERATURE,
                        blocks_tile_response, steps_split_over_blocks)
@@ -38,5 +42,19 @@ __all__ = ["ATTENTIONS", "attention_problems", "attention_refusal", "BOUNDS", "C
            "bind_method", "blocks_tile_response", "bounds", "canonical", "choice", "describe",
            "expected", "fraction_or_null", "gen_length_problems", "integer", "lookup", "number",
            "pairing_problem", "pairing_table", "positive_or_null", "rank_within_value_projection",
-           "refusal", "resolve", "schema_defs", "seed_or_null", "serves", "serving_caches",
+           "refusal", "register", "resolve", "schema_defs", "seed_or_null", "serves", "serving_caches",
            "steps_split_over_blocks", "table", "widths_problems"]
+
+METHODS_ENV = "DLMPIPE_METHODS"
+
+
+def _import_method_modules() -> None:
+    """Modules of methods declared outside this package, each calling ``register``."""
+    import importlib
+    import os
+
+    for name in filter(None, os.environ.get(METHODS_ENV, "").split(os.pathsep)):
+        importlib.import_module(name)
+
+
+_import_method_modules()

@@ -1,17 +1,19 @@
 """Every cache, declared once (docs/METHODS.md §2): class, the rows it serves fresh logits for,
 parameters with defaults and ranges, the artifacts it needs, the parameters it chooses from the
-backbone (``auto``) and the checks of its parameters against the backbone's widths.
+backbone (``auto``), the checks of its parameters against the backbone's widths, what it means
+on block-causal and MoE backbones, its cost model for ``plan``, its host-sync budget, the
+setting that equals full recompute and a setting whose cached path runs on a tiny model.
 
-Adding a cache: its class in dlmpipe/engine/, one entry below, one row in the exactness table
-of tests/test_exactness.py.
+Adding a cache (docs/DEVELOPING.md, "Adding a method"): its class in dlmpipe/engine/, one entry
+below, one row in the exactness table of tests/test_exactness.py.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from ..engine import spa_profiles
 from .component import Component, choice, fraction_or_null, integer, number, positive_or_null, table
+from .costs import CacheCost, block_start, every, full_at_block_starts, layer_share
 
 # ------------------------------------------------------------------------------------------
 # checks against the backbone's widths (config.json, read without torch, before any job)
@@ -31,9 +33,53 @@ _REFRESH_INTERVAL_OR_NULL = positive_or_null(
           "recompute); null: block starts only")
 
 
+# ------------------------------------------------------------------------------------------
+# cost models of the caches whose rows are more than one line (``Component.cost``)
+# ------------------------------------------------------------------------------------------
+def _archer_rows(c: dict, t) -> float:
+    if t.update == 0:
+        return t.n
+    if c.get("refresh") == "age":
+        interval = c.get("A", 8)
+    else:
+        k = c.get("K", 8)
+        interval = None if k in ("inf", math.inf) else max(1, math.ceil(k / t.s.tokens))
+    return t.n if every(interval, t.update) else t.g
+
+
+def _spa_rows(c: dict, t) -> float:
+    if t.update == 0 or every(c.get("refresh_steps"), t.update):
+        return t.n
+    if every(c.get("refresh_gen_steps"), t.update):
+        return t.g
+    return layer_share(c, t, c.get("rho", 0.25))
+
+
+def _dllm_rows(c: dict, t) -> float:
+    if every(c.get("K_p", 50), t.update):
+        return t.n
+    if every(c.get("K_r", 7), t.update):
+        return t.g
+    return layer_share({"budget": "uniform"}, t, c.get("rho", 0.25))
+
+
+#: on a mixture-of-experts backbone (``Component.on_moe``; docs/METHODS.md, "MoE backbones"): the
+#: MoE FFN is row-local, so a reused row keeps the routing of the step it was computed at
+_REUSED_KV = ("reused K/V rows carry the routing of the step they were computed at (the expert "
+              "choice shaped them in earlier layers); recomputed rows are routed afresh")
+
+
 CACHES = table(
     Component("none", "dlmpipe.engine.full:FullRecompute",
-              "full recompute every step (the exactness reference)", "all_rows", shadow_rows=True),
+              "full recompute every step (the exactness reference)", "all_rows", shadow_rows=True,
+        on_block_causal="the active block's rows every step over the exact prefix (the releases' loop "
+            "without a sub-block cache; the exactness reference)",
+        on_moe="every row routed afresh every step: its top-k experts and the shared experts (the "
+            "exactness reference)",
+        exact={},
+        cheap={},
+        host_sync={"none": ({}, 0, 0)},
+        cost=CacheCost("every update full", lambda c, t: t.n)),
     Component(
         "archer", "dlmpipe.engine.archer:ArcherCache",
         "prompt K/V reuse with state-anchored refresh", "all_rows",
@@ -43,29 +89,72 @@ CACHES = table(
          "refresh": choice(["distance", "age"], "distance",
                            "distance (Hamming distance to the anchor >= K) or age (every A updates)"),
          "A": integer(8, "refresh age for refresh=age")},
-        feedback_intervention=True, shadow_rows=True),
+        feedback_intervention=True, shadow_rows=True,
+        on_block_causal="prompt cache over the active block's prompt rows (the prompt's tail, a shifted "
+              "family's next token); the finished prefix is exact without it",
+        on_moe="the cached prompt rows keep the routing of the step they were cached at; " + _REUSED_KV,
+        exact={"K": 1},
+        cheap={"K": "inf"},
+        host_sync={"archer-kinf": ({"K": "inf"}, 0, 0),
+                   "archer-k4": ({"K": 4}, 0, 1),  # the Hamming distance, once anchored
+                   "archer-age": ({"refresh": "age", "A": 3}, 0, 0)},
+        cost=CacheCost("full at update 0 and at each refresh (distance: every ceil(K / tokens per "
+                       "update) updates; age: every A), else the G response rows", _archer_rows)),
     Component(
         "fast_dllm_prefix", "dlmpipe.engine.fast_dllm:FastDLLMPrefixCache",
         "Fast-dLLM prefix cache: a full forward at each block start; later steps recompute the "
         "current block and every later position over cached prompt/earlier-block K/V",
-        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}, shadow_rows=True),
+        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}, shadow_rows=True,
+        on_block_causal="the sampler's sub-block and the rest of the active block recomputed, the "
+                        "block's earlier rows reused",
+        on_moe=_REUSED_KV,
+        exact={"refresh_interval": 1},
+        cheap={},
+        host_sync={"fast_dllm_prefix": ({}, 0, 0)},
+        cost=CacheCost("full at each block start (and every refresh_interval updates of a block), "
+                       "else the current block and every later position",
+                       full_at_block_starts(lambda c, t: t.g - t.block * t.s.block))),
     Component(
         "fast_dllm_dual", "dlmpipe.engine.fast_dllm:FastDLLMDualCache",
         "Fast-dLLM dual cache: a full forward at each block start; later steps recompute only the "
         "current block over cached K/V of every other position",
-        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}, shadow_rows=True),
+        "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL}, shadow_rows=True,
+        on_block_causal="a sub-block cache (Fast-dLLM v2's, refreshed at sub-block starts only): the "
+                      "sampler's sub-block over the active block's cached K/V",
+        on_moe=_REUSED_KV,
+        exact={"refresh_interval": 1},
+        cheap={},
+        host_sync={"fast_dllm_dual": ({}, 0, 0)},
+        cost=CacheCost("full at each block start (and every refresh_interval), else the block",
+                       full_at_block_starts(lambda c, t: t.s.block))),
     Component(
         "fast_dllm_v2", "dlmpipe.engine.fast_dllm:FastDLLMv2Cache",
         "Fast-dLLM v2's block + sub-block cache: finished blocks are the block cache; the whole "
         "active block at each sub-block start and while its first position is masked, else only "
         "the sub-block's rows", "block_rows", {"refresh_interval": _REFRESH_INTERVAL_OR_NULL},
-        shadow_rows=True, needs_block_causal=True),
+        shadow_rows=True, needs_block_causal=True,
+        on_block_causal="the release's block + sub-block cache",
+        on_moe=_REUSED_KV,
+        exact={"refresh_interval": 1},
+        cheap={},
+        host_sync={"fast_dllm_v2": ({}, 0, 1)},  # whether the sub-block's first is masked
+        cost=CacheCost("as fast_dllm_dual over the sampler's sub-blocks",
+                       full_at_block_starts(lambda c, t: t.s.block))),
     Component(
         "dkv_decode", "dlmpipe.engine.dkv:DKVDecodeCache",
         "dKV-Cache decode (delayed caching of decoded tokens' K/V; steps 0 and 1 of a block full)",
         "masked_rows",
         {"refresh_interval": integer(8, "full forward every this many steps of a block (paper 8; "
-                                        "1 equals full recompute)")}, shadow_rows=True),
+                                        "1 equals full recompute)")}, shadow_rows=True,
+        on_block_causal="delayed caching of the active block's decoded rows",
+        on_moe=_REUSED_KV,
+        exact={"refresh_interval": 1},
+        cheap={},
+        host_sync={"dkv_decode": ({"refresh_interval": 3}, 1, 1)},  # the row sets' sizes
+        cost=CacheCost("full at a block's updates 0 and 1 and every refresh_interval, else the "
+                       "response's masked rows",
+                       lambda c, t: t.n if t.in_block < 2 or every(c.get("refresh_interval"), t.in_block)
+                       else t.masked + t.s.tokens)),
     Component(
         "dkv_greedy", "dlmpipe.engine.dkv:DKVGreedyCache",
         "dKV-Cache greedy: recompute only the tokens decoded since the last forward, the tokens "
@@ -73,7 +162,17 @@ CACHES = table(
         {"refresh_interval": integer(2, "full forward every this many steps of a block (paper 2; "
                                         "1 equals full recompute)"),
          "window": integer(4, "masked positions within this distance of a recomputed token are "
-                              "recomputed too (paper 4)", minimum=0)}, shadow_rows=True),
+                              "recomputed too (paper 4)", minimum=0)}, shadow_rows=True,
+        on_block_causal="the active block's rows decoded since the last forward, its due and "
+                  "neighbouring masks",
+        on_moe=_REUSED_KV,
+        exact={"refresh_interval": 1},
+        cheap={},
+        host_sync={"dkv_greedy": ({}, 1, 1)},
+        cost=CacheCost("full every refresh_interval updates of a block, else the tokens decoded and "
+                       "due and their masked neighbours: (2 + 2 window) x tokens per update",
+                       lambda c, t: t.n if every(c.get("refresh_interval", 2), t.in_block) else min(
+                           t.masked + t.s.tokens, (2 + 2 * c.get("window", 4)) * t.s.tokens))),
     Component(
         "spa", "dlmpipe.engine.spa:SPACache",
         "SPA-Cache: per layer, recompute only the response rows whose identifier drifted most "
@@ -110,7 +209,21 @@ CACHES = table(
                                                   "every this many steps; null: never")},
         artifacts={"proxies": lambda params: params["identifier"] == "singular"},
         width_checks=(rank_within_value_projection,),
-        auto={"profile": spa_profiles.profile_for}, shadow_rows=True),
+        auto={"profile": spa_profiles.profile_for}, shadow_rows=True,
+        on_block_causal="updates rows of the active block (budgets of its positions); the prefix is exact, "
+           "never refreshed",
+        on_moe="the proxies are on the attention side (the value projection's singular directions, or "
+           "value/query/key/attention input/output), before the FFN, untouched by routing: a "
+           "routing change is seen only through the next layers' inputs. A row not selected "
+           "reuses its whole residual delta, attention plus the routed experts' weighted sum and "
+           "the shared experts: its experts and weights stay those of its last recompute; a "
+           "selected row is routed afresh, so the experts run on selected rows only",
+        exact={"budget": "uniform", "rho": 1, "refresh_steps": 1},
+        cheap={"rank": 8, "budget": "uniform", "rho": 0.25},
+        host_sync={"spa": ({"rank": 8, "refresh_gen_steps": 3}, 0, 0)},
+        cost=CacheCost("full at update 0 and every refresh_steps, the G response rows every "
+                       "refresh_gen_steps, else the layer budget's rows (mean rho(l) G, layer 0 dense)",
+                       _spa_rows)),
     Component(
         "dllm_cache", "dlmpipe.engine.dllm_cache:DLLMCache",
         "dLLM-Cache: prompt refresh every K_p steps, response refresh every K_r steps, in between "
@@ -118,7 +231,19 @@ CACHES = table(
         {"K_p": integer(50, "prompt refresh interval (K_p = K_r = 1 equals full recompute)"),
          "K_r": integer(7, "response refresh interval"),
          "rho": number(0.25, "fraction of response rows recomputed between response refreshes",
-                       maximum=1)}, shadow_rows=True),
+                       maximum=1)}, shadow_rows=True,
+        on_block_causal="updates rows of the active block (rho of its positions); the prefix is exact, "
+                  "never refreshed",
+        on_moe="the reused attention + FFN output of a row is its routed output (top-k experts, "
+                  "their weights, the shared experts) from when it was last computed, routing "
+                  "frozen with it; the V drift that picks rows is measured before the FFN, so it "
+                  "does not see routing changes; recomputed rows are routed afresh (experts run "
+                  "on them only)",
+        exact={"K_p": 1, "K_r": 1},
+        cheap={"rho": 0.25},
+        host_sync={"dllm_cache": ({"K_r": 3}, 0, 0)},
+        cost=CacheCost("full every K_p updates, the G response rows every K_r, else rho G rows "
+                       "(layer 0 dense)", _dllm_rows)),
     Component(
         "d2cache", "dlmpipe.engine.d2cache:D2Cache",
         "d2Cache (dual adaptive caching): after a full first forward, each step recomputes only the "
@@ -139,7 +264,20 @@ CACHES = table(
                         "row is recomputed; released: the first forward's confidences are kept "
                         "(the release's update writes into a copy and never takes effect) and the "
                         "search window is sized by the masks the block had at the step's start")},
-        shadow_rows=True),
+        shadow_rows=True,
+        on_block_causal="selects rows of the active block; its attention rollout runs over them (the "
+               "prefix's attention left out)",
+        on_moe="the attention rollout reads attention maps only (the MoE FFN plays no part in "
+               "the selection); rows without queries keep their K/V, which their routing of the "
+               "step they were last computed at shaped; rows with queries are routed afresh",
+        exact={"rollout_p": 1},
+        cheap={"current_k": 4},
+        host_sync={"d2cache": ({"current_k": 4}, 0, 1)},  # the selected rows' count
+        cost=CacheCost("full at update 0, else current_k (or the block's masked rows, if more) + the "
+                       "tokens just decoded + rollout_p x N rows",
+                       lambda c, t: t.n if t.update == 0 else (
+                           max(c.get("current_k", 32), t.masked_in_block) + t.s.tokens
+                           + c.get("rollout_p", 0.1) * t.n))),
     Component(
         "dinfer_vicinity", "dlmpipe.engine.vicinity:VicinityCache",
         "dInfer's dual cache with vicinity refresh: full forwards for the first warmup_steps "
@@ -154,35 +292,20 @@ CACHES = table(
          "warmup_steps": integer(4, "full forwards without a cache at the start of a sample (the "
                                     "release's configs 4)", minimum=0),
          "refresh_interval": _REFRESH_INTERVAL_OR_NULL},
-        shadow_rows=True),
-)
-
-
-#: what each cache means on a block-causal backbone (``Component.on_block_causal``): every one
-#: runs on the active block over the exact K/V of the finished prefix (dlmpipe/blockwise.py)
-_ON_BLOCK_CAUSAL = {
-    "none": "the active block's rows every step over the exact prefix (the releases' loop "
-            "without a sub-block cache; the exactness reference)",
-    "archer": "prompt cache over the active block's prompt rows (the prompt's tail, a shifted "
-              "family's next token); the finished prefix is exact without it",
-    "fast_dllm_prefix": "the sampler's sub-block and the rest of the active block recomputed, the "
-                        "block's earlier rows reused",
-    "fast_dllm_dual": "a sub-block cache (Fast-dLLM v2's, refreshed at sub-block starts only): the "
-                      "sampler's sub-block over the active block's cached K/V",
-    "fast_dllm_v2": "the release's block + sub-block cache",
-    "dkv_decode": "delayed caching of the active block's decoded rows",
-    "dkv_greedy": "the active block's rows decoded since the last forward, its due and "
-                  "neighbouring masks",
-    "spa": "updates rows of the active block (budgets of its positions); the prefix is exact, "
-           "never refreshed",
-    "dllm_cache": "updates rows of the active block (rho of its positions); the prefix is exact, "
-                  "never refreshed",
-    "d2cache": "selects rows of the active block; its attention rollout runs over them (the "
-               "prefix's attention left out)",
-    "dinfer_vicinity": "the window inside the active block: the sampler's sub-block with "
+        shadow_rows=True,
+        on_block_causal="the window inside the active block: the sampler's sub-block with "
                        "prefix_look rows before and after_look rows after it, clipped to the "
                        "active block (the finished prefix is exact, never recomputed); "
                        "warmup_steps counts each active block's forwards (the cache begins with "
                        "each block)",
-}
-CACHES = {n: dataclasses.replace(c, on_block_causal=_ON_BLOCK_CAUSAL[n]) for n, c in CACHES.items()}
+        on_moe="the window's rows are routed afresh each step; " + _REUSED_KV,
+        exact={"refresh_interval": 1},
+        cheap={"warmup_steps": 0, "prefix_look": 2, "after_look": 2},
+        host_sync={"dinfer_vicinity": ({"warmup_steps": 1, "prefix_look": 2, "after_look": 2}, 0, 0)},
+        cost=CacheCost("full at updates 0 to warmup_steps, at each block start (and every "
+                       "refresh_interval), else the block with prefix_look rows before and "
+                       "after_look rows after it",
+                       lambda c, t: t.n if t.update <= c.get("warmup_steps", 4) or block_start(c, t)
+                       else t.s.block + c.get("prefix_look", 16) + c.get("after_look", 16))),
+    kind="cache",
+)

@@ -97,6 +97,19 @@ class Component:
     block_causal_refusal: str | None = None
     #: a release's block loop: runs on block-causal backbones only (refused on full attention)
     needs_block_causal: bool = False
+    #: cache: what it means on a mixture-of-experts backbone (docs/METHODS.md, "MoE backbones")
+    on_moe: str = ""
+    #: its cost model for ``dlmpipe plan``: sampler ``costs.SamplerCost``, cache ``costs.CacheCost``
+    cost: object = None
+    #: host reads per step (tests/host_sync.py, the device check): sampler ``(reads, params)``;
+    #: cache ``{label: (params, reads at the first step, reads at every later one)}``
+    host_sync: object = None
+    #: cache: parameters at which it equals full recompute (the exactness table's degenerate row;
+    #: ``plan`` must price it as full recompute)
+    exact: dict | None = None
+    #: cache: parameters at which its cached path runs on a tiny model (16 response positions,
+    #: blocks of 8): the shadow-row and memory checks use them
+    cheap: dict | None = None
 
     def load(self) -> type:
         module, _, cls = self.target.partition(":")
@@ -106,6 +119,31 @@ class Component:
         return {k: copy.deepcopy(v["default"]) for k, v in self.params.items()}
 
 
-def table(*components: Component) -> dict[str, Component]:
-    """Entries by name, in declaration order (the schema's and the docs' order)."""
+#: what every entry declares, by kind (docs/DEVELOPING.md, "Adding a method")
+REQUIRED = {"sampler": ("on_block_causal", "cost", "host_sync"),
+            "cache": ("on_block_causal", "on_moe", "cost", "host_sync", "exact", "cheap")}
+DOC = 'docs/DEVELOPING.md, "Adding a method"'
+
+
+def declaration_problems(kind: str, c: Component) -> list[str]:
+    """The declarations a ``kind`` entry lacks, each naming the field and where it is explained."""
+    from .costs import CacheCost, SamplerCost
+
+    missing = [f for f in REQUIRED[kind] if getattr(c, f) in (None, "")
+               and not (f == "on_block_causal" and c.block_causal_refusal)]
+    out = [f"{kind} {c.name!r}: no `{f}` declared ({DOC})" for f in missing]
+    want = SamplerCost if kind == "sampler" else CacheCost
+    if c.cost is not None and not isinstance(c.cost, want):
+        out.append(f"{kind} {c.name!r}: `cost` is a registry.costs.{want.__name__} ({DOC})")
+    if c.rows not in ROWS:
+        out.append(f"{kind} {c.name!r}: `rows` must be one of {', '.join(ROWS)} ({DOC})")
+    return out
+
+
+def table(*components: Component, kind: str) -> dict[str, Component]:
+    """Entries by name, in declaration order (the schema's and the docs' order); an entry that
+    lacks a declaration fails here, at registration, naming the field."""
+    problems = [p for c in components for p in declaration_problems(kind, c)]
+    if problems:
+        raise ValueError("; ".join(problems))
     return {c.name: c for c in components}

@@ -7,10 +7,23 @@ from __future__ import annotations
 import copy
 
 from .caches import CACHES
-from .component import ROWS_MEANING, Component, serves
+from .component import ROWS_MEANING, Component, declaration_problems, serves
 from .samplers import SAMPLERS
 
 KINDS = {"sampler": SAMPLERS, "cache": CACHES}
+
+
+def register(kind: str, component: Component) -> Component:
+    """Add a sampler or cache declared outside this package (a module named in
+    ``$DLMPIPE_METHODS``, or a test), checked as the built-in entries are; the schema, the
+    pairing check, ``plan`` and the contract tests derive from it like the others."""
+    problems = declaration_problems(kind, component)
+    if component.name in KINDS[kind]:
+        problems.append(f"{kind} {component.name!r} is registered already")
+    if problems:
+        raise ValueError("; ".join(problems))
+    KINDS[kind][component.name] = component
+    return component
 
 
 def lookup(kind: str, name: str) -> Component:

@@ -12,7 +12,6 @@ import textwrap
 
 from .component import ROWS_MEANING, Component
 from .derived import KINDS, canonical, expected, pairing_problem, refusal
-from .on_moe import ON_MOE
 
 ALLOWED = "✓"
 
@@ -41,8 +40,8 @@ def rows_text(kind: str, c: Component) -> str:
         extra.append(f"refused on block-causal backbones: {c.block_causal_refusal}")
     elif c.on_block_causal:
         extra.append(f"on a block-causal backbone: {c.on_block_causal}")
-    if kind == "cache" and c.name in ON_MOE:
-        extra.append(f"on an MoE backbone: {ON_MOE[c.name]}")
+    if c.on_moe:
+        extra.append(f"on an MoE backbone: {c.on_moe}")
     return "; ".join([f"{verb} {ROWS_MEANING[c.rows]}", *extra])
 
 

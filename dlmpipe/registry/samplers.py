@@ -1,16 +1,19 @@
 """Every sampler, declared once (docs/METHODS.md §1): class, the rows it reads, parameters with
 defaults and ranges, and the checks of its blocks and steps against a task's gen_length.
 
-Adding a sampler: its class in dlmpipe/samplers/, one entry below, one row in the exactness
-table of tests/test_exactness.py.
+Each entry also says what it means on a block-causal backbone, its cost model for ``plan`` and
+its host reads per step (with the parameters they are checked at).
+
+Adding a sampler (docs/DEVELOPING.md, "Adding a method"): its class in dlmpipe/samplers/, one
+entry below, one row in the exactness table of tests/test_exactness.py.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from .component import (Component, choice, fraction_or_null, integer, number, positive_or_null,
                         seed_or_null, table)
+from .costs import block_steps, fixed_steps, parallel, per_update
 
 TEMPERATURE = number(0, "Gumbel noise temperature (0 is greedy)")
 #: LLaDA's blocks and uniform per-block schedule (llada_confidence, random_order)
@@ -77,7 +80,10 @@ SAMPLERS = table(
         "llada_confidence", "dlmpipe.samplers.llada_confidence:LLaDAConfidence",
         "LLaDA low-confidence remasking (blocks, uniform unmasking schedule)", "masked_rows",
         {**LLADA_SCHEDULE, "confidence": CONFIDENCE},
-        checks=(blocks_tile_response, steps_split_over_blocks)),
+        checks=(blocks_tile_response, steps_split_over_blocks),
+        on_block_causal="LLaDA's schedule inside each active block (steps per active block)",
+        host_sync=(0, {"block_length": 8}),
+        cost=fixed_steps()),
     Component(
         "saber", "dlmpipe.samplers.saber:Saber",
         "Saber rollback sampler (adaptive acceptance, drift-based re-masking)", "all_rows",
@@ -87,7 +93,12 @@ SAMPLERS = table(
          "temperature": TEMPERATURE,
          "max_steps_per_block": integer(1024, "guard against pathological loops: no re-masking "
                                               "after this many steps of a block")},
-        checks=(blocks_tile_response,)),
+        checks=(blocks_tile_response,),
+        on_block_causal="rollback stays inside the active block: finished blocks are final (the exact "
+             "prefix); Saber re-scores only the active block's rows",
+        host_sync=(1, {"block_length": 8}),
+        cost=per_update("gen_length / n updates (n accepted per update net of rollbacks): an "
+                        "estimate", lambda p, t: float(p["n"]), capped=False)),
     Component(
         "threshold", "dlmpipe.samplers.parallel:ThresholdSampler",
         "Fast-dLLM threshold parallel decoding (per block, looped until it has no masks)",
@@ -95,7 +106,12 @@ SAMPLERS = table(
         {"tau": number(0.9, "accept every candidate with confidence >= tau (the most confident "
                             "always)", maximum=1),
          **PARALLEL_BLOCKS},
-        checks=(blocks_tile_response,)),
+        checks=(blocks_tile_response,),
+        on_block_causal="the block loop inside the active block (block_length: its sub-blocks)",
+        host_sync=(1, {"block_length": 8}),
+        cost=parallel("gen_length / t updates, t the assumed tokens per update "
+                      "(--parallel-tokens; 1: the rule's worst case), at most max_steps_per_block per "
+                      "block")),
     Component(
         "factor", "dlmpipe.samplers.parallel:FactorSampler",
         "Fast-dLLM factor parallel decoding (per block, looped until it has no masks)",
@@ -107,7 +123,11 @@ SAMPLERS = table(
                         "(get_transfer_index_dynamic), which also accepts the last candidate when "
                         "only it fails (n = m - 1 of m becomes m)"),
          **PARALLEL_BLOCKS},
-        checks=(blocks_tile_response,)),
+        checks=(blocks_tile_response,),
+        on_block_causal="the block loop inside the active block (block_length: its sub-blocks)",
+        host_sync=(1, {"block_length": 8}),
+        cost=parallel("gen_length / t updates, t as for threshold, at most "
+                      "max_steps_per_block per block")),
     Component(
         "random_order", "dlmpipe.samplers.random_order:RandomOrder",
         "random decoding order fixed at each block's start, LLaDA's schedule (dKV-Cache greedy)",
@@ -117,7 +137,10 @@ SAMPLERS = table(
                                           "integer: from a generator seeded with it at each "
                                           "sample's start, so every sample gets the same block "
                                           "orders (the released dKV-Cache code seeds 42)")},
-        checks=(blocks_tile_response, steps_split_over_blocks)),
+        checks=(blocks_tile_response, steps_split_over_blocks),
+        on_block_causal="orders fixed per sub-block of the active block",
+        host_sync=(0, {"block_length": 8}),
+        cost=fixed_steps()),
     Component(
         "dream", "dlmpipe.samplers.dream:DreamSampler",
         "Dream's native sampler: no blocks, schedule linspace(1, eps, steps + 1), masked positions "
@@ -136,7 +159,10 @@ SAMPLERS = table(
          "alg_temp": {"description": "null or 0: the most confident masks; > 0: drawn without "
                                      "replacement with probabilities softmax(confidence / alg_temp)",
                       "anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}],
-                      "default": None}}),
+                      "default": None}},
+        on_block_causal="Dream's schedule over each active block's positions (steps per active block)",
+        host_sync=(0, {"alg": "entropy", "temperature": 0.2, "top_p": 0.95}),
+        cost=fixed_steps(blocks=False)),
     Component(
         "certainty_prior", "dlmpipe.samplers.certainty_prior:CertaintyPriorSampler",
         "certainty-prior decoding (d2Cache): LLaDA's schedule, masked positions ranked by "
@@ -148,7 +174,11 @@ SAMPLERS = table(
                    "anyOf": [{"type": "number", "exclusiveMinimum": 0},
                              {"enum": ["inf", math.inf]}],
                    "default": 10.0}},
-        checks=(blocks_tile_response, steps_split_over_blocks)),
+        checks=(blocks_tile_response, steps_split_over_blocks),
+        on_block_causal="LLaDA's schedule inside the active block; the certainty density over "
+                       "its decoded positions",
+        host_sync=(0, {"block_length": 8}),
+        cost=fixed_steps()),
     Component(
         "pc_sampler", "dlmpipe.samplers.pc_sampler:PCSampler",
         "PC-Sampler: LLaDA's schedule, masked positions ranked by exp(-lambd * offset in the "
@@ -167,7 +197,11 @@ SAMPLERS = table(
                                           "(LLaDA's tokenizer), is not shipped",
                            "anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}],
                            "default": None}},
-        checks=(blocks_tile_response, steps_split_over_blocks)),
+        checks=(blocks_tile_response, steps_split_over_blocks),
+        on_block_causal="LLaDA's schedule inside the active block; the position weight from the "
+                  "sub-block's start",
+        host_sync=(0, {"block_length": 8}),
+        cost=fixed_steps()),
     Component(
         "wino", "dlmpipe.samplers.wino:Wino",
         "WINO revokable decoding: per block, wide-in unmasks every mask with confidence >= wide_in, "
@@ -186,7 +220,12 @@ SAMPLERS = table(
                         "which caps wide-in at clamp(floor(0.7 m), 5, 20) and narrows the "
                         "verification window in place to the span of the positions masked at "
                         "every earlier step")},
-        checks=(blocks_tile_response,), shadow_rows=True),
+        checks=(blocks_tile_response,), shadow_rows=True,
+        on_block_causal="wide-in and narrow-out inside the active block; the shadow rows also attend to the "
+            "finished prefix's K/V",
+        host_sync=(1, {"block_length": 8}),
+        cost=parallel("gen_length / t updates, t as for threshold, plus "
+                      "block_length shadow rows in every forward", shadow=True)),
     Component(
         "eb_sampler", "dlmpipe.samplers.eb_sampler:EBSampler",
         "EB-Sampler: per block, unmask the largest prefix of the masked positions (sorted by an "
@@ -203,7 +242,10 @@ SAMPLERS = table(
          "block_length": positive_or_null(32, "null means gen_length (one block); the d2Cache "
                                               "release defaults to 32"),
          "temperature": TEMPERATURE},
-        checks=(blocks_tile_response,)),
+        checks=(blocks_tile_response,),
+        on_block_causal="the entropy bound inside the active block (block_length: its sub-blocks)",
+        host_sync=(1, {"block_length": 8}),
+        cost=parallel("gen_length / t updates, t as for threshold")),
     Component(
         "sdar", "dlmpipe.samplers.sdar:SDARSampler",
         "SDAR's generate (block_diffusion_generate): per active block, the block's positions split "
@@ -244,7 +286,11 @@ SAMPLERS = table(
                 if p.get("rule") == "evaluation" and (
                     (p.get("temperature", 1.0) or 0) <= 0 or p.get("remasking", "low_confidence_dynamic")
                     not in ("low_confidence_dynamic", "low_confidence_static")) else None),
-        needs_block_causal=True),
+        needs_block_causal=True,
+        on_block_causal="the release's denoising loop of one active block",
+        host_sync=(1, {"block_length": 8}),  # whether the block still has masks
+        cost=block_steps("steps updates per block of the backbone (its config.json's block "
+                         "size; 4, SDAR's released one, where it is not known)")),
     Component(
         "fast_dllm_v2", "dlmpipe.samplers.fast_dllm_v2:FastDLLMv2Sampler",
         "Fast-dLLM v2's batch_sample: per active block, sub-blocks from the block's start, each "
@@ -258,7 +304,11 @@ SAMPLERS = table(
                                   "from the top-p filtered softmax(logits / T)"),
          "top_p": number(0.95, "nucleus mass kept at temperature > 0 (released 0.95)",
                          exclusive_minimum=True, maximum=1)},
-        needs_block_causal=True),
+        needs_block_causal=True,
+        on_block_causal="the release's sub-block loop of one active block",
+        host_sync=(1, {"block_length": 8}),  # whether the sub-block still has masks
+        cost=parallel("gen_length / t updates, t as for threshold, in sub-blocks of "
+                      "sub_block_length", block_key="sub_block_length")),
     Component(
         "klass", "dlmpipe.samplers.klass:KLASS",
         "KLASS: unmask the block's masked positions whose last history_length step-to-step KL "
@@ -277,7 +327,11 @@ SAMPLERS = table(
                         "in a block's first history_length - 1 steps and, at temperature > 0, "
                         "confidence and KL come from the Gumbel-perturbed softmax"),
          **LLADA_SCHEDULE},
-        checks=(blocks_tile_response, steps_split_over_blocks)),
+        checks=(blocks_tile_response, steps_split_over_blocks),
+        on_block_causal="KL histories of the active block's positions (steps per active block)",
+        host_sync=(1, {"block_length": 8}),
+        cost=fixed_steps("at most steps updates (LLaDA's schedule when nothing is ready): "
+                          "steps assumed")),
     Component(
         "dinfer_hierarchy", "dlmpipe.samplers.dinfer:HierarchySampler",
         "dInfer's hierarchical decoding: per step, in every run of adjacent masked positions of "
@@ -293,7 +347,11 @@ SAMPLERS = table(
                                               "benchmark uses 64"),
          "block_alignment": DINFER_ALIGNMENT,
          "temperature": TEMPERATURE},
-        checks=(response_blocks_tile_response,)),
+        checks=(response_blocks_tile_response,),
+        on_block_causal="the block loop inside the active block (block_length: its sub-blocks); "
+                        "runs of masked positions are counted inside the sub-block",
+        host_sync=(1, {"block_length": 8}),  # the block loop's read (accepted, masks left)
+        cost=parallel("gen_length / t updates, t as for threshold")),
     Component(
         "dinfer_credit", "dlmpipe.samplers.dinfer:CreditSampler",
         "dInfer's credit decoding: a per-block credit (EMA of each masked position's top-1 "
@@ -313,34 +371,10 @@ SAMPLERS = table(
                                               "benchmark uses 64"),
          "block_alignment": DINFER_ALIGNMENT,
          "temperature": TEMPERATURE},
-        checks=(response_blocks_tile_response,)),
-)
-
-
-#: what each sampler means on a block-causal backbone (``Component.on_block_causal``): every one
-#: decodes the active block as its response (dlmpipe/blockwise.py), ``block_length`` sub-blocks
-#: inside it (one when it does not divide the block's positions) and ``steps`` per active block
-_ON_BLOCK_CAUSAL = {
-    "llada_confidence": "LLaDA's schedule inside each active block (steps per active block)",
-    "saber": "rollback stays inside the active block: finished blocks are final (the exact "
-             "prefix); Saber re-scores only the active block's rows",
-    "threshold": "the block loop inside the active block (block_length: its sub-blocks)",
-    "factor": "the block loop inside the active block (block_length: its sub-blocks)",
-    "random_order": "orders fixed per sub-block of the active block",
-    "dream": "Dream's schedule over each active block's positions (steps per active block)",
-    "certainty_prior": "LLaDA's schedule inside the active block; the certainty density over "
-                       "its decoded positions",
-    "pc_sampler": "LLaDA's schedule inside the active block; the position weight from the "
-                  "sub-block's start",
-    "wino": "wide-in and narrow-out inside the active block; the shadow rows also attend to the "
-            "finished prefix's K/V",
-    "eb_sampler": "the entropy bound inside the active block (block_length: its sub-blocks)",
-    "klass": "KL histories of the active block's positions (steps per active block)",
-    "sdar": "the release's denoising loop of one active block",
-    "fast_dllm_v2": "the release's sub-block loop of one active block",
-    "dinfer_hierarchy": "the block loop inside the active block (block_length: its sub-blocks); "
-                        "runs of masked positions are counted inside the sub-block",
-    "dinfer_credit": "the block loop inside the active block (block_length: its sub-blocks); "
+        checks=(response_blocks_tile_response,),
+        on_block_causal="the block loop inside the active block (block_length: its sub-blocks); "
                      "the credit restarts with each sub-block",
-}
-SAMPLERS = {n: dataclasses.replace(c, on_block_causal=_ON_BLOCK_CAUSAL[n]) for n, c in SAMPLERS.items()}
+        host_sync=(1, {"block_length": 8}),  # the block loop's read (accepted, masks left)
+        cost=parallel("gen_length / t updates, t as for threshold")),
+    kind="sampler",
+)
