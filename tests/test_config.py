@@ -320,7 +320,9 @@ def test_every_declared_range_is_enforced_when_a_method_is_built():
 
 
 def test_campaign_command_prints_the_expansion(capsys):
-    assert cp.main([str(CONFIGS / "tiny.yaml")]) == 0
+    from dlmpipe.campaign.show import main  # `python -m dlmpipe.campaign`
+
+    assert main([str(CONFIGS / "tiny.yaml")]) == 0
     out = capsys.readouterr().out
     assert "archer-kinf" in out and "generate jobs: 6" in out
 

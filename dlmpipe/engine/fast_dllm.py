@@ -96,6 +96,9 @@ class FastDLLMv2Cache(FastDLLMDualCache):
         else:
             self.last_decision = "cached: sub-block's first position decoded"
             self.stats.cached_forwards += 1
+            # rows from `start` only, as line 108: on a shifted family the logit of `start` (a
+            # decoded position, never sampled) is then its own row's, as the release's shift of
+            # these rows gives it (lines 108-109)
             return self._forward_rows(x, self.positions[start:self.prompt_len + hi], serve)
         self.stats.refreshes += 0 if first else 1
         return self._full_forward(x, serve)
