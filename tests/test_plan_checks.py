@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from dlmpipe import campaign as cp
+from dlmpipe.campaign import show as cp  # `python -m dlmpipe.campaign`
 from dlmpipe import registry
 from dlmpipe.backbones.shipped import SHIPPED_DIR, read_record
 from dlmpipe.campaign import Campaign, ConfigError
