@@ -195,8 +195,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: boo
     """SDPA of ``q [B, H, Tq, hd]`` over ``k, v [B, Hkv, Tk, hd]`` (``mask`` bool ``[Tq, Tk]`` or
     None), the query rows in calls of ``Q`` rows (padded rows attend to every key and are
     dropped); ``[B, H, Tq, hd]``."""
-    if not exact_path(q) or (mask is not None and (mask.dim() != 2 or mask.dtype != torch.bool)):
+    if not exact_path(q):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
+    if mask is not None and (mask.dim() != 2 or mask.dtype != torch.bool):
+        raise ValueError(f"rowwise.attend: a mask is bool [Tq, Tk] (Backbone.attention_mask); got "
+                         f"{mask.dtype} {tuple(mask.shape)}, whose rows the query chunks cannot split")
     b, h, tq, hd = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     if tq == 0:
@@ -256,6 +259,8 @@ def _elementwise(x: Tensor, op, op_out) -> Tensor:
     n = x.numel()
     if not exact_path(x) or n == 0:
         return op(x)
+    if n % 64 == 0 and n <= ELEMENT_CHUNK and x.is_contiguous():
+        return op(x)  # one chunk already: a single-threaded call, every element on the vector path
     flat = x.reshape(-1)
     if n % 64:
         flat = torch.cat([flat, flat.new_zeros(-n % 64)])
