@@ -151,7 +151,7 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
 
     r = _chunk("linear", (k, n, bias is not None, x.dtype, weight.dtype), ROW_CHUNKS, probe)
     padded = _pad_rows(flat, r)
-    out = torch.empty(padded.shape[0], n, dtype=torch.result_type(flat, weight))
+    out = padded.new_empty(padded.shape[0], n, dtype=torch.result_type(flat, weight))
     for lo in range(0, padded.shape[0], r):
         gemm(padded[lo:lo + r], out[lo:lo + r])
     if _perturbation:
@@ -184,7 +184,7 @@ def mean_square(x32: Tensor) -> Tensor:
 
     r = _chunk("mean_square", (d,), ROW_CHUNKS, probe)
     padded = _pad_rows(flat, r)
-    out = torch.empty(padded.shape[0], 1)
+    out = padded.new_empty(padded.shape[0], 1)
     for lo in range(0, padded.shape[0], r):
         torch.mean(padded[lo:lo + r].pow(2), -1, keepdim=True, out=out[lo:lo + r])
     return out[:rows].view(*x32.shape[:-1], 1)
@@ -226,7 +226,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: boo
         q = torch.cat([q, q.new_zeros(b, h, pad, hd)], dim=2)
         if mask is not None:
             mask = torch.cat([mask, mask.new_ones(pad, tk)])
-    out = torch.empty(b, h, tq + pad, hd, dtype=q.dtype)
+    out = q.new_empty(b, h, tq + pad, hd)
     for lo in range(0, tq + pad, n):
         out[:, :, lo:lo + n] = F.scaled_dot_product_attention(
             q[:, :, lo:lo + n], k, v, attn_mask=None if mask is None else mask[lo:lo + n],
