@@ -10,6 +10,8 @@ rule score:
         f"{R}/scores/{{backbone}}/{{task}}/{{method}}.parquet",
     params:
         sandbox=score_sandbox(),
+    # in its generate job's allocation on a cluster (seconds of work: no submission of its own)
+    group: job_group("decode") if SHARDS == 1 else None
     threads: score_threads
     resources:
         mem_mb=RESOURCES["score"]["mem_mb"],
