@@ -62,9 +62,16 @@ CAMPAIGN = Campaign(config, os.path.join(workflow.basedir, SCHEMA), source=CONFI
 
 # The campaign's job-group sizes (`cluster.group_components`) as Snakemake's --group-components,
 # which count on a cluster only; a count given to Snakemake itself (profile, command line) wins.
-workflow.group_settings.group_components = immutables.Map({
+# The command line's settings are read after the Snakefile (they become the run's GroupSettings),
+# so the merged counts go there, and to the workflow's current settings (Python API).
+GROUP_COMPONENTS = {
     **{group: n for group, n in config["cluster"]["group_components"].items() if n is not None},
-    **workflow.group_settings.group_components})
+    **dict(getattr(SNAKEMAKE_ARGS, "group_components", None) or {}),
+    **dict(getattr(workflow.group_settings, "group_components", None) or {})}
+if SNAKEMAKE_ARGS is not None:
+    SNAKEMAKE_ARGS.group_components = GROUP_COMPONENTS
+if workflow.group_settings is not None:
+    workflow.group_settings.group_components = immutables.Map(GROUP_COMPONENTS)
 
 
 include: "workflow/rules/common.smk"

@@ -71,11 +71,11 @@ LOCAL_RULES = frozenset({"all", "prepare_backbone", "prepare_task", "summarize",
 
 def group_components(campaign, override: dict | None = None) -> dict:
     """The campaign's `cluster.group_components` (group -> components per allocation, None:
-    ungrouped), with ``override`` (Snakemake's --group-components) winning, as the Snakefile
-    merges them."""
+    ungrouped), with ``override`` (Snakemake's --group-components) winning for a grouped group,
+    as the Snakefile merges them (a null group's rules have no group to size)."""
     groups = dict((campaign.config.get("cluster") or {}).get("group_components")
                   or {"decode": 1, "timing": 1})
-    return {**groups, **(override or {})}
+    return {g: None if n is None else (override or {}).get(g, n) for g, n in groups.items()}
 
 
 def submissions(campaign, override: dict | None = None) -> tuple[int, int]:

@@ -22,7 +22,8 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .workflow import CONFIGS, REPO, job_blocks, run_snakemake
+from .workflow import (CONFIGS, REPO, fake_finished_run, group_jobs, job_blocks, run_snakemake,
+                       submissions)
 
 PROFILE = REPO / "profiles" / "slurm"
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
@@ -121,6 +122,81 @@ def test_profile_settings():
     local = re.search(r"localrules:\n((?:    \w+,?\n)+)", snakefile).group(1)
     assert {"prepare_backbone", "prepare_task", "summarize", "plot"} <= set(re.findall(r"\w+", local))
     assert "localrule: True" in (REPO / "workflow/rules/generate.smk").read_text()  # merge_generations
+
+
+# ---- job groups: few submissions (docs/CLUSTER.md, "Few submissions") ---------------------------
+def snakefile_local_rules() -> set[str]:
+    """The Snakefile's localrules and every rule declared with `localrule: True`."""
+    snakefile = (REPO / "Snakefile").read_text()
+    local = set(re.findall(r"\w+", re.search(r"localrules:\n((?:    \w+,?\n)+)", snakefile).group(1)))
+    for smk in (REPO / "workflow" / "rules").glob("*.smk"):
+        for name, body in re.findall(r"^ *rule (\w+):\n((?:(?: {4,}.*)?\n)*)", smk.read_text(), re.M):
+            if re.search(r"^ +localrule: True", body, re.M):
+                local.add(name)
+    return local
+
+
+def test_plans_local_rules_are_the_workflows():
+    from dlmpipe.plan import LOCAL_RULES
+
+    assert snakefile_local_rules() == set(LOCAL_RULES)
+
+
+@pytest.mark.parametrize("cluster, shards, override", [
+    (None, 1, None),                                                # defaults: decode 1, timing 1
+    ({"group_components": {"decode": 4, "timing": 4}}, 1, None),
+    ({"group_components": {"decode": 2, "timing": None}}, 2, None),  # shards; timing ungrouped
+    ({"group_components": {"decode": 4, "timing": 4}}, 1, {"timing": 6}),  # the command line wins
+])
+def test_profile_groups_jobs_and_plan_counts_its_submissions(tmp_path, tiny_config, write_config,
+                                                             cluster, shards, override):
+    """A dry run with the profile lists group jobs (a method's generate and score jobs in one,
+    time_method jobs packed N at a time) and as many submissions as `dlmpipe plan` states."""
+    from dlmpipe.plan import LOCAL_RULES, submissions as planned
+
+    tiny_config["shards"] = shards
+    if cluster is not None:
+        tiny_config["cluster"] = cluster
+    config = write_config(tiny_config, tmp_path / "c.yaml")
+    args = ["-n", "--profile", str(PROFILE)]
+    if override:
+        args += ["--group-components", *(f"{g}={n}" for g, n in override.items())]
+    out = run_snakemake(tmp_path, *args, configfile=config).stdout
+    campaign = Campaign(yaml.safe_load(config.read_text()), check_paths=False)
+    allocations, jobs = planned(campaign, override)
+    assert submissions(out, LOCAL_RULES) == allocations < jobs
+    decoded = len(campaign.decoding_jobs())
+    assert jobs == 1 + (shards + 2) * decoded  # train_toy, generate shards, score, time_method
+    groups = group_jobs(out)
+    sizes = {**(cluster or {"group_components": {"decode": 1, "timing": 1}})["group_components"],
+             **(override or {})}
+    decode = [rules for name, rules in groups if name == "decode"]
+    if shards == 1:  # each method's generate and score job together, N methods an allocation
+        assert all(sorted(rules) == sorted(["generate", "score"] * (len(rules) // 2)) for rules in decode)
+    else:  # the local merge sits between: only the shards are grouped, scores go alone
+        assert all(set(rules) == {"generate"} for rules in decode)
+        assert sum(rule == "score" for rule, _ in job_blocks(out)) == decoded
+    assert len(decode) == -(-(decoded * shards if shards > 1 else decoded) // sizes["decode"])
+    timing = [rules for name, rules in groups if name == "timing"]
+    if sizes["timing"] is None:
+        assert not timing and sum(rule == "time_method" for rule, _ in job_blocks(out)) == decoded
+    else:
+        assert len(timing) == -(-decoded // sizes["timing"]) and sum(map(len, timing)) == decoded
+
+
+def test_groups_only_on_a_cluster_and_they_rerun_nothing(tmp_path, tiny_config, write_config):
+    """A local dry run shows every job on its own as before (Snakemake runs groups only on a
+    cluster), and a finished run planned with the profile's groups, or with other group sizes,
+    has nothing to do: grouping changes no job's outputs or params."""
+    config = write_config(tiny_config, tmp_path / "c.yaml")
+    local = run_snakemake(tmp_path, "-n", configfile=config).stdout
+    assert not group_jobs(local) and "Group job" not in local
+    fake_finished_run(tmp_path, config)
+    tiny_config["cluster"] = {"group_components": {"decode": 3, "timing": None}}
+    regrouped = write_config(tiny_config, tmp_path / "regrouped.yaml")
+    for configfile in (config, regrouped):
+        proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), configfile=configfile)
+        assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
 
 
 # ---- `--profile slurm`: scripts/slurm-profile.sh (make setup) -----------------------------------

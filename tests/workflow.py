@@ -68,6 +68,23 @@ def scheduled(stdout: str) -> set[tuple]:
     return jobs
 
 
+def group_jobs(stdout: str) -> list[tuple[str, list[str]]]:
+    """(group, rules of its jobs) of every group job a dry run printed (a cluster executor's
+    plan: each is one submission)."""
+    groups = []
+    for name, body in re.findall(r"Group job (\w+) \(jobs in lexicogr. order\):\n((?:\n|    .*\n?|Shell command: .*\n?)*)",
+                                 stdout):
+        groups.append((name, re.findall(r"^    rule (\w+):", body, re.M)))
+    return groups
+
+
+def submissions(stdout: str, local_rules) -> int:
+    """The submissions a cluster executor's dry run plans: its group jobs, and every job outside
+    a group (printed unindented) whose rule is not local."""
+    ungrouped = [rule for rule, _ in job_blocks(stdout) if rule not in local_rules]
+    return len(group_jobs(stdout)) + len(ungrouped)
+
+
 def fake_finished_run(workdir: Path, config: Path) -> None:
     """Every output created empty, then the metadata a real run records (params included)."""
     summary = run_snakemake(workdir, "--summary", configfile=config).stdout

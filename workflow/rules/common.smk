@@ -20,7 +20,7 @@ GENERATE_OUT = GENERATIONS if SHARDS == 1 else f"{GENERATIONS}.shards/{{shard}}-
 # local runs ignore groups. Group decode: a method's generate job and its score job (not with
 # shards: their merge runs on the login node between them); group timing: time_method.
 # Only with a cluster executor (a local one runs jobs one by one anyway).
-GROUP_COMPONENTS = config["cluster"]["group_components"]
+GROUPED = config["cluster"]["group_components"]
 # a cluster executor runs this workflow, or plans it (a dry run's executor is "dryrun", the
 # requested one is on the command line or in the profile)
 ON_CLUSTER = not workflow.local_exec or getattr(SNAKEMAKE_ARGS, "executor", None) not in (
@@ -31,7 +31,7 @@ def job_group(name):
     """The rule's Snakemake group on a cluster executor; None where the campaign leaves it
     ungrouped (null) and on a local executor (which would run the jobs one by one anyway), so
     local runs, dry runs included, show the jobs as before."""
-    return None if GROUP_COMPONENTS[name] is None or not ON_CLUSTER else name
+    return None if GROUPED[name] is None or not ON_CLUSTER else name
 
 
 def _alternatives(names):
