@@ -422,6 +422,8 @@ def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, finished_run,
     tiny_config["resources"] = {"train_toy": {"mem_mb": 500},
                                 "generate": {"threads": 1, "mem_mb": 1000},
                                 "score": {"threads": 1, "mem_mb": 500}}
+    # few submissions: two methods' generate and score jobs per allocation, three timing jobs
+    tiny_config["cluster"] = {"group_components": {"decode": 2, "timing": 3}}
     config = write_config(tiny_config, tmp_path / "tiny.yaml")
     cluster = tmp_path / "slurm"
     cluster.mkdir()
@@ -450,11 +452,21 @@ def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, finished_run,
     assert proc.returncode == 0, f"{' '.join(argv)} failed:\n{log[-5000:]}"
     print(f"\nSLURM run of the tiny campaign: {took:.0f} s", file=sys.stderr)
 
-    # every non-local job went through sbatch; the cheap ones ran here
+    # every non-local job went through sbatch, in as many allocations as `dlmpipe plan` states,
+    # fewer than the jobs (train_toy alone, the groups of generate + score and of time_method);
+    # the cheap ones ran here
+    from dlmpipe.plan import submissions as planned
+
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", log)
     campaign = Campaign(yaml.safe_load(config.read_text()))
     decoding = len(campaign.backbones) * len(campaign.tasks) * len(campaign.methods)
-    assert len(submitted) == 1 + 3 * decoding, log[-3000:]  # train_toy, generate, score, time_method
+    allocations, jobs = planned(campaign)
+    assert jobs == 1 + 3 * decoding  # train_toy, generate, score, time_method
+    assert len(submitted) == allocations == 1 + -(-decoding // 2) + -(-decoding // 3), log[-3000:]
+    # the plugin's log directories: one per group, and train_toy's
+    logs = {p.name for p in (cluster / ".snakemake" / "slurm_logs").iterdir()}
+    assert {"rule_train_toy"} < logs and any(n.startswith("group_decode") for n in logs) and any(
+        n.startswith("group_timing") for n in logs) and not {"rule_generate", "rule_score"} & logs, logs
     assert re.search(r"^localrule (prepare_task|summarize|plot):", log, re.M)
     assert not re.search(r"^rule (prepare_task|prepare_backbone|summarize|plot):", log, re.M)
 
