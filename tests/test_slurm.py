@@ -147,6 +147,7 @@ def test_plans_local_rules_are_the_workflows():
     ({"group_components": {"decode": 4, "timing": 4}}, 1, None),
     ({"group_components": {"decode": 2, "timing": None}}, 2, None),  # shards; timing ungrouped
     ({"group_components": {"decode": 4, "timing": 4}}, 1, {"timing": 6}),  # the command line wins
+    ({"group_components": {"decode": 4, "timing": None}}, 1, {"timing": 6}),  # null stays ungrouped
 ])
 def test_profile_groups_jobs_and_plan_counts_its_submissions(tmp_path, tiny_config, write_config,
                                                              cluster, shards, override):
@@ -165,11 +166,17 @@ def test_profile_groups_jobs_and_plan_counts_its_submissions(tmp_path, tiny_conf
     campaign = Campaign(yaml.safe_load(config.read_text()), check_paths=False)
     allocations, jobs = planned(campaign, override)
     assert submissions(out, LOCAL_RULES) == allocations < jobs
+    if not override:  # and `dlmpipe plan` prints it
+        from dlmpipe.plan import render
+
+        assert f"SLURM submissions (profiles/slurm): {allocations} allocations for {jobs} " in render(
+            campaign, str(config))
     decoded = len(campaign.decoding_jobs())
     assert jobs == 1 + (shards + 2) * decoded  # train_toy, generate shards, score, time_method
     groups = group_jobs(out)
-    sizes = {**(cluster or {"group_components": {"decode": 1, "timing": 1}})["group_components"],
-             **(override or {})}
+    sizes = {group: None if n is None else (override or {}).get(group, n)  # null: no group to size
+             for group, n in (cluster or {"group_components": {"decode": 1, "timing": 1}})[
+                 "group_components"].items()}
     decode = [rules for name, rules in groups if name == "decode"]
     if shards == 1:  # each method's generate and score job together, N methods an allocation
         assert all(sorted(rules) == sorted(["generate", "score"] * (len(rules) // 2)) for rules in decode)
