@@ -38,9 +38,9 @@ def readme_command() -> str:
 
 
 def job_resources(stdout: str) -> list[tuple[str, dict]]:
-    """(rule, resources) of every job of a dry run (-n)."""
+    """(rule, resources) of every job of a dry run (-n), those inside group jobs (indented) too."""
     jobs = []
-    for rule, body in job_blocks(stdout):
+    for rule, body in re.findall(r"^(?:    )?(?:local)?rule (\w+):\n((?:(?:    )?    .*\n?)*)", stdout, re.M):
         found = re.search(r"resources: (.*)", body)
         pairs = re.findall(r"(\w+)=([^,]+)", found.group(1)) if found else []
         jobs.append((rule, {k: v.strip() for k, v in pairs}))
@@ -93,7 +93,17 @@ def test_profile_dry_runs_the_default_campaign_with_gpus_on_model_jobs(tmp_path,
     assert "train_toy" not in {rule for rule, _ in jobs}  # the default campaign decodes the shipped toy
     for rule, res in others:  # CPU-only: no GPU asked, the CPU partition
         assert "gpu" not in res and slurm_gpu_flags(res) == "", rule
-        assert res["slurm_partition"] == "cpuq", rule
+        # a score job shares its generate job's allocation (group decode), so its partition
+        assert res["slurm_partition"] == ("gpuq" if rule == "score" else "cpuq"), rule
+    assert {name for name, _ in group_jobs(proc.stdout)} == {"decode", "timing"}
+    # ungrouped, a score job is a CPU job of its own
+    ungrouped = yaml.safe_load((REPO / "config.yaml").read_text())
+    ungrouped["cluster"] = {"group_components": {"decode": None}}
+    (tmp_path / "ungrouped.yaml").write_text(yaml.safe_dump(ungrouped))
+    proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), "--config", "device=cuda",
+                         configfile=tmp_path / "ungrouped.yaml")
+    score = [r for rule, r in job_resources(proc.stdout) if rule == "score"]
+    assert score and all(r["slurm_partition"] == "cpuq" and "gpu" not in r for r in score)
 
 
 def test_profile_passes_a_gpu_model_and_no_gpus_on_the_cpu(tmp_path, tiny_config, write_config):

@@ -3,6 +3,7 @@
 # exactly the jobs it affects (Snakemake's params rerun trigger).
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -32,6 +33,16 @@ def job_group(name):
     ungrouped (null) and on a local executor (which would run the jobs one by one anyway), so
     local runs, dry runs included, show the jobs as before."""
     return None if GROUPED[name] is None or not ON_CLUSTER else name
+
+
+def score_group_resources():
+    """What a score job takes from its generate job when they share an allocation (group decode
+    on a cluster): the partition of the jobs that run the model (profiles/slurm's
+    DLMPIPE_SLURM_GPU_PARTITION), as one allocation has one partition. It asks for no GPU."""
+    partition = os.environ.get("DLMPIPE_SLURM_GPU_PARTITION")
+    if job_group("decode") and SHARDS == 1 and partition:
+        return {"slurm_partition": partition}
+    return {}
 
 
 def _alternatives(names):

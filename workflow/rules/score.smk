@@ -16,6 +16,7 @@ rule score:
     resources:
         mem_mb=RESOURCES["score"]["mem_mb"],
         runtime=RESOURCES["score"]["runtime"],
+        **score_group_resources(),  # its generate job's partition when they share an allocation
     log:
         f"{R}/logs/score/{{backbone}}/{{task}}/{{method}}.log",
     conda:
