@@ -40,7 +40,7 @@ def readme_command() -> str:
 def job_resources(stdout: str) -> list[tuple[str, dict]]:
     """(rule, resources) of every job of a dry run (-n), those inside group jobs (indented) too."""
     jobs = []
-    for rule, body in re.findall(r"^(?:    )?(?:local)?rule (\w+):\n((?:(?:    )?    .*\n?)*)", stdout, re.M):
+    for rule, body in job_blocks(stdout, in_groups=True):
         found = re.search(r"resources: (.*)", body)
         pairs = re.findall(r"(\w+)=([^,]+)", found.group(1)) if found else []
         jobs.append((rule, {k: v.strip() for k, v in pairs}))

@@ -53,8 +53,11 @@ def job_counts(stdout: str) -> dict[str, int]:
     return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
 
 
-def job_blocks(stdout: str) -> list[tuple[str, str]]:
-    """(rule, body) of every job a dry run printed."""
+def job_blocks(stdout: str, in_groups: bool = False) -> list[tuple[str, str]]:
+    """(rule, body) of every job a dry run printed; with ``in_groups`` also the jobs of group
+    jobs (a cluster executor's plan prints them indented under 'Group job ...')."""
+    if in_groups:
+        return re.findall(r"^(?:    )?(?:local)?rule (\w+):\n((?:(?:    )?    .*\n?)*)", stdout, re.M)
     return re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", stdout, re.M)
 
 
