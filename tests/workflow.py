@@ -61,10 +61,11 @@ def job_blocks(stdout: str, in_groups: bool = False) -> list[tuple[str, str]]:
     return re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", stdout, re.M)
 
 
-def scheduled(stdout: str) -> set[tuple]:
-    """Jobs of a dry run as (rule, backbone, task, method), absent wildcards as None; 'all' left out."""
+def scheduled(stdout: str, in_groups: bool = False) -> set[tuple]:
+    """Jobs of a dry run as (rule, backbone, task, method), absent wildcards as None; 'all' left
+    out; with ``in_groups`` also those of group jobs (job_blocks)."""
     jobs = set()
-    for rule, body in job_blocks(stdout):
+    for rule, body in job_blocks(stdout, in_groups):
         w = dict(re.findall(r"(\w+)=([^,\s]+)", (re.findall(r"wildcards: (.*)", body) or [""])[0]))
         if rule != "all":
             jobs.add((rule, w.get("backbone"), w.get("task"), w.get("method")))
