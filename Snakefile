@@ -7,6 +7,8 @@
 import os
 import sys
 
+import immutables
+
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -30,7 +32,8 @@ from dlmpipe.preflight import slurm_preflight, snakemake_arguments
 # SLURM pre-flight (dlmpipe/preflight.py): with the cluster profile and no SLURM commands on PATH,
 # stop here, before any job, saying what is missing and how to run here instead (a dry run
 # plans, with the same words as a warning).
-if (preflight := slurm_preflight(snakemake_arguments(), sys.argv[1:])):
+SNAKEMAKE_ARGS = snakemake_arguments()  # None when Snakemake runs from its Python API
+if (preflight := slurm_preflight(SNAKEMAKE_ARGS, sys.argv[1:])):
     level, message = preflight
     if level == "error":
         raise WorkflowError(message)
@@ -56,6 +59,19 @@ CONFIG_SOURCE = " + ".join(
 # its dotted key (methods.archer.cache.K); then what a schema cannot say: checkpoint paths, task
 # names, sweeps, pairings, the reference method. `config` is filled in place.
 CAMPAIGN = Campaign(config, os.path.join(workflow.basedir, SCHEMA), source=CONFIG_SOURCE)
+
+# The campaign's job-group sizes (`cluster.group_components`) as Snakemake's --group-components,
+# which count on a cluster only; a count given to Snakemake itself (profile, command line) wins.
+# The command line's settings are read after the Snakefile (they become the run's GroupSettings),
+# so the merged counts go there, and to the workflow's current settings (Python API).
+GROUP_COMPONENTS = {
+    **{group: n for group, n in config["cluster"]["group_components"].items() if n is not None},
+    **dict(getattr(SNAKEMAKE_ARGS, "group_components", None) or {}),
+    **dict(getattr(workflow.group_settings, "group_components", None) or {})}
+if SNAKEMAKE_ARGS is not None:
+    SNAKEMAKE_ARGS.group_components = GROUP_COMPONENTS
+if workflow.group_settings is not None:
+    workflow.group_settings.group_components = immutables.Map(GROUP_COMPONENTS)
 
 
 include: "workflow/rules/common.smk"

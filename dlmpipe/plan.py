@@ -62,6 +62,47 @@ def jobs_per_rule(campaign) -> dict[str, int]:
     return {rule: counts[rule] for rule in RULE_ORDER if counts.get(rule)}
 
 
+#: rules whose jobs run where Snakemake runs, never submitted (the Snakefile's localrules and
+#: every rule with `localrule: True`; tests/test_slurm.py checks this list against them)
+LOCAL_RULES = frozenset({"all", "prepare_backbone", "prepare_task", "summarize", "plot",
+                         "plot_sweeps", "merge_generations", "tables", "shadow_analysis",
+                         "intervention_analysis", "drift_analysis"})
+
+
+def group_components(campaign, override: dict | None = None) -> dict:
+    """The campaign's `cluster.group_components` (group -> components per allocation, None:
+    ungrouped), with ``override`` (Snakemake's --group-components) winning for a grouped group,
+    as the Snakefile merges them (a null group's rules have no group to size)."""
+    groups = dict((campaign.config.get("cluster") or {}).get("group_components")
+                  or {"decode": 1, "timing": 1})
+    return {g: None if n is None else (override or {}).get(g, n) for g, n in groups.items()}
+
+
+def submissions(campaign, override: dict | None = None) -> tuple[int, int]:
+    """(allocations, jobs): the sbatch submissions a cluster executor (profiles/slurm) makes for
+    a fresh run of ``campaign`` with its job groups, and the jobs it would submit one by one
+    without them. A group's connected components (decode: a method's generate and score jobs,
+    or with shards one generate shard; timing: one time_method job) are packed N to an
+    allocation, as Snakemake's --group-components does (workflow/rules/common.smk)."""
+    counts = jobs_per_rule(campaign)
+    jobs = sum(n for rule, n in counts.items() if rule not in LOCAL_RULES)
+    groups = group_components(campaign, override)
+    per_allocation = lambda n, size: -(-n // size)  # noqa: E731 (ceil)
+    grouped = {}  # rule -> components of its group, and the group's size
+    shards = campaign.config["shards"]
+    if groups.get("decode"):
+        # generate and score connected (one component per method); with shards only the shards
+        components = counts.get("generate", 0) if shards > 1 else counts.get("score", 0)
+        grouped["decode"] = (["generate"] + ([] if shards > 1 else ["score"]), components)
+    if groups.get("timing"):
+        grouped["timing"] = (["time_method"], counts.get("time_method", 0))
+    allocations = jobs
+    for group, (rules, components) in grouped.items():
+        allocations -= sum(counts.get(rule, 0) for rule in rules)
+        allocations += per_allocation(components, groups[group])
+    return allocations, jobs
+
+
 def task_samples(campaign, task: str) -> int:
     """Samples of ``task`` every method decodes (its benchmark's known size, ``limit``, ...)."""
     from .tasks.registry import task_rows
@@ -283,7 +324,13 @@ def render(campaign, source: str, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0
              f"backbones, {len(campaign.tasks)} tasks, {len(campaign.methods)} methods, "
              f"{len(campaign.decoding_jobs())} decoding jobs", "", "jobs per rule:"]
     lines += [f"  {rule:24s} {n:6d}" for rule, n in counts.items()]
-    lines += [f"  {'total':24s} {sum(counts.values()):6d}", "", "samples per task:"]
+    allocations, submitted = submissions(campaign)
+    groups = group_components(campaign)
+    lines += [f"  {'total':24s} {sum(counts.values()):6d}", "",
+              f"SLURM submissions (profiles/slurm): {allocations} allocations for {submitted} "
+              "submitted jobs (cluster.group_components: "
+              + ", ".join(f"{g} {'ungrouped' if n is None else n}" for g, n in groups.items())
+              + "; the others run where Snakemake runs)", "", "samples per task:"]
     for t in campaign.tasks:
         bench = campaign.benchmark(t)
         lines.append(f"  {t:24s} {task_samples(campaign, t):6d}"

@@ -50,7 +50,9 @@ pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 write_conf() {
   local cpus mem_mb
-  cpus=$(nproc)
+  # the CPUs this machine gives us (GNU nproc also obeys OMP_NUM_THREADS, a thread limit of the
+  # calling process, not the node's size: a node that small cannot run a group of two jobs)
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   # leave the OS some memory; SLURM refuses jobs asking for more than RealMemory
   mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
   mkdir -p "$(dirname "$CONF")"

@@ -149,7 +149,7 @@ def test_slurm_dry_run_asks_for_the_gpus_each_backbone_needs(config, tmp_path, w
     jobs = job_resources(proc.stdout)
     want = {"llada2-flash": "3", "llada2-mini": "1", "small": "1"}
     seen = {}
-    for (rule, body), (_, res) in zip(job_blocks(proc.stdout), jobs):
+    for (rule, body), (_, res) in zip(job_blocks(proc.stdout, in_groups=True), jobs):
         if rule not in ("generate", "time_method"):
             assert "gpu" not in res, rule
             continue

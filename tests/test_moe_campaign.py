@@ -66,10 +66,10 @@ def test_moe_campaign_dry_run_with_the_slurm_profile(moe_config, tmp_path, write
     proc = run_snakemake(tmp_path, "-n", "-p", "--profile", str(PROFILE), configfile=path)
     assert job_counts(proc.stdout) == {k: v for k, v in expected_counts(campaign).items() if v}
     want = {(rule, b, t, m) for rule in ("generate", "score") for b, t, m in campaign.decoding_jobs()}
-    assert {j for j in scheduled(proc.stdout) if j[0] in ("generate", "score")} == want
+    assert {j for j in scheduled(proc.stdout, in_groups=True) if j[0] in ("generate", "score")} == want
     # every model job asks for the GPUs its backbone needs; no other job asks for one
     seen = {}
-    for (rule, body), (_, res) in zip(job_blocks(proc.stdout), job_resources(proc.stdout)):
+    for (rule, body), (_, res) in zip(job_blocks(proc.stdout, in_groups=True), job_resources(proc.stdout)):
         if rule not in ("generate", "time_method"):
             assert "gpu" not in res, rule
             continue

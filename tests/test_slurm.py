@@ -22,7 +22,8 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .workflow import CONFIGS, REPO, job_blocks, run_snakemake
+from .workflow import (CONFIGS, REPO, fake_finished_run, group_jobs, job_blocks, run_snakemake,
+                       submissions)
 
 PROFILE = REPO / "profiles" / "slurm"
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
@@ -37,9 +38,9 @@ def readme_command() -> str:
 
 
 def job_resources(stdout: str) -> list[tuple[str, dict]]:
-    """(rule, resources) of every job of a dry run (-n)."""
+    """(rule, resources) of every job of a dry run (-n), those inside group jobs (indented) too."""
     jobs = []
-    for rule, body in job_blocks(stdout):
+    for rule, body in job_blocks(stdout, in_groups=True):
         found = re.search(r"resources: (.*)", body)
         pairs = re.findall(r"(\w+)=([^,]+)", found.group(1)) if found else []
         jobs.append((rule, {k: v.strip() for k, v in pairs}))
@@ -92,7 +93,17 @@ def test_profile_dry_runs_the_default_campaign_with_gpus_on_model_jobs(tmp_path,
     assert "train_toy" not in {rule for rule, _ in jobs}  # the default campaign decodes the shipped toy
     for rule, res in others:  # CPU-only: no GPU asked, the CPU partition
         assert "gpu" not in res and slurm_gpu_flags(res) == "", rule
-        assert res["slurm_partition"] == "cpuq", rule
+        # a score job shares its generate job's allocation (group decode), so its partition
+        assert res["slurm_partition"] == ("gpuq" if rule == "score" else "cpuq"), rule
+    assert {name for name, _ in group_jobs(proc.stdout)} == {"decode", "timing"}
+    # ungrouped, a score job is a CPU job of its own
+    ungrouped = yaml.safe_load((REPO / "config.yaml").read_text())
+    ungrouped["cluster"] = {"group_components": {"decode": None}}
+    (tmp_path / "ungrouped.yaml").write_text(yaml.safe_dump(ungrouped))
+    proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), "--config", "device=cuda",
+                         configfile=tmp_path / "ungrouped.yaml")
+    score = [r for rule, r in job_resources(proc.stdout) if rule == "score"]
+    assert score and all(r["slurm_partition"] == "cpuq" and "gpu" not in r for r in score)
 
 
 def test_profile_passes_a_gpu_model_and_no_gpus_on_the_cpu(tmp_path, tiny_config, write_config):
@@ -121,6 +132,88 @@ def test_profile_settings():
     local = re.search(r"localrules:\n((?:    \w+,?\n)+)", snakefile).group(1)
     assert {"prepare_backbone", "prepare_task", "summarize", "plot"} <= set(re.findall(r"\w+", local))
     assert "localrule: True" in (REPO / "workflow/rules/generate.smk").read_text()  # merge_generations
+
+
+# ---- job groups: few submissions (docs/CLUSTER.md, "Few submissions") ---------------------------
+def snakefile_local_rules() -> set[str]:
+    """The Snakefile's localrules and every rule declared with `localrule: True`."""
+    snakefile = (REPO / "Snakefile").read_text()
+    local = set(re.findall(r"\w+", re.search(r"localrules:\n((?:    \w+,?\n)+)", snakefile).group(1)))
+    for smk in (REPO / "workflow" / "rules").glob("*.smk"):
+        for name, body in re.findall(r"^ *rule (\w+):\n((?:(?: {4,}.*)?\n)*)", smk.read_text(), re.M):
+            if re.search(r"^ +localrule: True", body, re.M):
+                local.add(name)
+    return local
+
+
+def test_plans_local_rules_are_the_workflows():
+    from dlmpipe.plan import LOCAL_RULES
+
+    assert snakefile_local_rules() == set(LOCAL_RULES)
+
+
+@pytest.mark.parametrize("cluster, shards, override", [
+    (None, 1, None),                                                # defaults: decode 1, timing 1
+    ({"group_components": {"decode": 4, "timing": 4}}, 1, None),
+    ({"group_components": {"decode": 2, "timing": None}}, 2, None),  # shards; timing ungrouped
+    ({"group_components": {"decode": 4, "timing": 4}}, 1, {"timing": 6}),  # the command line wins
+    ({"group_components": {"decode": 4, "timing": None}}, 1, {"timing": 6}),  # null stays ungrouped
+])
+def test_profile_groups_jobs_and_plan_counts_its_submissions(tmp_path, tiny_config, write_config,
+                                                             cluster, shards, override):
+    """A dry run with the profile lists group jobs (a method's generate and score jobs in one,
+    time_method jobs packed N at a time) and as many submissions as `dlmpipe plan` states."""
+    from dlmpipe.plan import LOCAL_RULES, submissions as planned
+
+    tiny_config["shards"] = shards
+    if cluster is not None:
+        tiny_config["cluster"] = cluster
+    config = write_config(tiny_config, tmp_path / "c.yaml")
+    args = ["-n", "--profile", str(PROFILE)]
+    if override:
+        args += ["--group-components", *(f"{g}={n}" for g, n in override.items())]
+    out = run_snakemake(tmp_path, *args, configfile=config).stdout
+    campaign = Campaign(yaml.safe_load(config.read_text()), check_paths=False)
+    allocations, jobs = planned(campaign, override)
+    assert submissions(out, LOCAL_RULES) == allocations < jobs
+    if not override:  # and `dlmpipe plan` prints it
+        from dlmpipe.plan import render
+
+        assert f"SLURM submissions (profiles/slurm): {allocations} allocations for {jobs} " in render(
+            campaign, str(config))
+    decoded = len(campaign.decoding_jobs())
+    assert jobs == 1 + (shards + 2) * decoded  # train_toy, generate shards, score, time_method
+    groups = group_jobs(out)
+    sizes = {group: None if n is None else (override or {}).get(group, n)  # null: no group to size
+             for group, n in (cluster or {"group_components": {"decode": 1, "timing": 1}})[
+                 "group_components"].items()}
+    decode = [rules for name, rules in groups if name == "decode"]
+    if shards == 1:  # each method's generate and score job together, N methods an allocation
+        assert all(sorted(rules) == sorted(["generate", "score"] * (len(rules) // 2)) for rules in decode)
+    else:  # the local merge sits between: only the shards are grouped, scores go alone
+        assert all(set(rules) == {"generate"} for rules in decode)
+        assert sum(rule == "score" for rule, _ in job_blocks(out)) == decoded
+    assert len(decode) == -(-(decoded * shards if shards > 1 else decoded) // sizes["decode"])
+    timing = [rules for name, rules in groups if name == "timing"]
+    if sizes["timing"] is None:
+        assert not timing and sum(rule == "time_method" for rule, _ in job_blocks(out)) == decoded
+    else:
+        assert len(timing) == -(-decoded // sizes["timing"]) and sum(map(len, timing)) == decoded
+
+
+def test_groups_only_on_a_cluster_and_they_rerun_nothing(tmp_path, tiny_config, write_config):
+    """A local dry run shows every job on its own as before (Snakemake runs groups only on a
+    cluster), and a finished run planned with the profile's groups, or with other group sizes,
+    has nothing to do: grouping changes no job's outputs or params."""
+    config = write_config(tiny_config, tmp_path / "c.yaml")
+    local = run_snakemake(tmp_path, "-n", configfile=config).stdout
+    assert not group_jobs(local) and "Group job" not in local
+    fake_finished_run(tmp_path, config)
+    tiny_config["cluster"] = {"group_components": {"decode": 3, "timing": None}}
+    regrouped = write_config(tiny_config, tmp_path / "regrouped.yaml")
+    for configfile in (config, regrouped):
+        proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), configfile=configfile)
+        assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
 
 
 # ---- `--profile slurm`: scripts/slurm-profile.sh (make setup) -----------------------------------
@@ -346,6 +439,8 @@ def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, finished_run,
     tiny_config["resources"] = {"train_toy": {"mem_mb": 500},
                                 "generate": {"threads": 1, "mem_mb": 1000},
                                 "score": {"threads": 1, "mem_mb": 500}}
+    # few submissions: two methods' generate and score jobs per allocation, three timing jobs
+    tiny_config["cluster"] = {"group_components": {"decode": 2, "timing": 3}}
     config = write_config(tiny_config, tmp_path / "tiny.yaml")
     cluster = tmp_path / "slurm"
     cluster.mkdir()
@@ -374,11 +469,23 @@ def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, finished_run,
     assert proc.returncode == 0, f"{' '.join(argv)} failed:\n{log[-5000:]}"
     print(f"\nSLURM run of the tiny campaign: {took:.0f} s", file=sys.stderr)
 
-    # every non-local job went through sbatch; the cheap ones ran here
+    # every non-local job went through sbatch, in as many allocations as `dlmpipe plan` states,
+    # fewer than the jobs (train_toy alone, the groups of generate + score and of time_method);
+    # the cheap ones ran here
+    from dlmpipe.plan import submissions as planned
+
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", log)
     campaign = Campaign(yaml.safe_load(config.read_text()))
     decoding = len(campaign.backbones) * len(campaign.tasks) * len(campaign.methods)
-    assert len(submitted) == 1 + 3 * decoding, log[-3000:]  # train_toy, generate, score, time_method
+    allocations, jobs = planned(campaign)
+    assert jobs == 1 + 3 * decoding  # train_toy, generate, score, time_method
+    assert len(submitted) == allocations == 1 + -(-decoding // 2) + -(-decoding // 3), log[-3000:]
+    # what each submission was: the plugin names its log directory by rule or group job
+    kinds = re.findall(r"has been submitted with SLURM jobid \d+ \(log: .*?/slurm_logs/([^/\s]+)/", log)
+    assert len(kinds) == allocations, log[-3000:]
+    assert kinds.count("rule_train_toy") == 1, kinds
+    assert sum(k.startswith("group_decode") for k in kinds) == -(-decoding // 2), kinds
+    assert sum(k.startswith("group_timing") for k in kinds) == -(-decoding // 3), kinds
     assert re.search(r"^localrule (prepare_task|summarize|plot):", log, re.M)
     assert not re.search(r"^rule (prepare_task|prepare_backbone|summarize|plot):", log, re.M)
 

@@ -53,19 +53,40 @@ def job_counts(stdout: str) -> dict[str, int]:
     return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
 
 
-def job_blocks(stdout: str) -> list[tuple[str, str]]:
-    """(rule, body) of every job a dry run printed."""
+def job_blocks(stdout: str, in_groups: bool = False) -> list[tuple[str, str]]:
+    """(rule, body) of every job a dry run printed; with ``in_groups`` also the jobs of group
+    jobs (a cluster executor's plan prints them indented under 'Group job ...')."""
+    if in_groups:
+        return re.findall(r"^(?:    )?(?:local)?rule (\w+):\n((?:(?:    )?    .*\n?)*)", stdout, re.M)
     return re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n?)*)", stdout, re.M)
 
 
-def scheduled(stdout: str) -> set[tuple]:
-    """Jobs of a dry run as (rule, backbone, task, method), absent wildcards as None; 'all' left out."""
+def scheduled(stdout: str, in_groups: bool = False) -> set[tuple]:
+    """Jobs of a dry run as (rule, backbone, task, method), absent wildcards as None; 'all' left
+    out; with ``in_groups`` also those of group jobs (job_blocks)."""
     jobs = set()
-    for rule, body in job_blocks(stdout):
+    for rule, body in job_blocks(stdout, in_groups):
         w = dict(re.findall(r"(\w+)=([^,\s]+)", (re.findall(r"wildcards: (.*)", body) or [""])[0]))
         if rule != "all":
             jobs.add((rule, w.get("backbone"), w.get("task"), w.get("method")))
     return jobs
+
+
+def group_jobs(stdout: str) -> list[tuple[str, list[str]]]:
+    """(group, rules of its jobs) of every group job a dry run printed (a cluster executor's
+    plan: each is one submission)."""
+    groups = []
+    for name, body in re.findall(r"Group job (\w+) \(jobs in lexicogr. order\):\n((?:\n|    .*\n?|Shell command: .*\n?)*)",
+                                 stdout):
+        groups.append((name, re.findall(r"^    rule (\w+):", body, re.M)))
+    return groups
+
+
+def submissions(stdout: str, local_rules) -> int:
+    """The submissions a cluster executor's dry run plans: its group jobs, and every job outside
+    a group (printed unindented) whose rule is not local."""
+    ungrouped = [rule for rule, _ in job_blocks(stdout) if rule not in local_rules]
+    return len(group_jobs(stdout)) + len(ungrouped)
 
 
 def fake_finished_run(workdir: Path, config: Path) -> None:

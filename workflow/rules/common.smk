@@ -3,6 +3,7 @@
 # exactly the jobs it affects (Snakemake's params rerun trigger).
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -13,6 +14,35 @@ RESOURCES = config["resources"]
 SHARDS = config["shards"]
 GENERATIONS = f"{R}/generations/{{backbone}}/{{task}}/{{method}}"
 GENERATE_OUT = GENERATIONS if SHARDS == 1 else f"{GENERATIONS}.shards/{{shard}}-of-{SHARDS}"
+
+
+# Job groups on a cluster (docs/CLUSTER.md, "Few submissions"): a cluster executor submits each
+# group's connected components, `cluster.group_components` of them at a time, as one allocation;
+# local runs ignore groups. Group decode: a method's generate job and its score job (not with
+# shards: their merge runs on the login node between them); group timing: time_method.
+# Only with a cluster executor (a local one runs jobs one by one anyway).
+GROUPED = config["cluster"]["group_components"]
+# a cluster executor runs this workflow, or plans it (a dry run's executor is "dryrun", the
+# requested one is on the command line or in the profile)
+ON_CLUSTER = not workflow.local_exec or getattr(SNAKEMAKE_ARGS, "executor", None) not in (
+    None, "local", "dryrun", "touch")
+
+
+def job_group(name):
+    """The rule's Snakemake group on a cluster executor; None where the campaign leaves it
+    ungrouped (null) and on a local executor (which would run the jobs one by one anyway), so
+    local runs, dry runs included, show the jobs as before."""
+    return None if GROUPED[name] is None or not ON_CLUSTER else name
+
+
+def score_group_resources():
+    """What a score job takes from its generate job when they share an allocation (group decode
+    on a cluster): the partition of the jobs that run the model (profiles/slurm's
+    DLMPIPE_SLURM_GPU_PARTITION), as one allocation has one partition. It asks for no GPU."""
+    partition = os.environ.get("DLMPIPE_SLURM_GPU_PARTITION")
+    if job_group("decode") and SHARDS == 1 and partition:
+        return {"slurm_partition": partition}
+    return {}
 
 
 def _alternatives(names):

@@ -17,6 +17,7 @@ rule generate:
         device=config["device"],
         compile=config["compile"],
         config_hash=config_hash,
+    group: job_group("decode")  # with its score job: one allocation on a cluster
     threads: generate_threads
     resources:
         **model_job_resources(),

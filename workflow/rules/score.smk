@@ -10,10 +10,13 @@ rule score:
         f"{R}/scores/{{backbone}}/{{task}}/{{method}}.parquet",
     params:
         sandbox=score_sandbox(),
+    # in its generate job's allocation on a cluster (seconds of work: no submission of its own)
+    group: job_group("decode") if SHARDS == 1 else None
     threads: score_threads
     resources:
         mem_mb=RESOURCES["score"]["mem_mb"],
         runtime=RESOURCES["score"]["runtime"],
+        **score_group_resources(),  # its generate job's partition when they share an allocation
     log:
         f"{R}/logs/score/{{backbone}}/{{task}}/{{method}}.log",
     conda:

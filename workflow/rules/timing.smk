@@ -23,6 +23,7 @@ rule time_method:
         samples=config["timing"]["samples"],
         repeats=config["timing"]["repeats"],
     # the generate jobs' device and threads: the times are of the decoding they measure
+    group: job_group("timing")  # cluster.group_components.timing per allocation on a cluster
     threads: generate_threads
     resources:
         **model_job_resources(),
