@@ -282,8 +282,10 @@ def block_size_lines(campaign, sizes: dict) -> list[str]:
     ``backbones.<b>.block_size``, and methods with their own ``block_size``) and how its
     release maps the generation length onto blocks at that size (docs/MODELS.md, "Block sizes
     and generation lengths"; campaign/jobs.py ``GEN_LENGTH_MAPPING``)."""
+    from .campaign.backbones import Checkpoints
     from .campaign.jobs import GEN_LENGTH_MAPPING
 
+    checkpoints = Checkpoints(campaign.config["backbones"])  # a shipped toy_block is SDAR's
     lines = []
     for b, size in sizes.items():
         if size is None or not size.block_size:
@@ -301,7 +303,8 @@ def block_size_lines(campaign, sizes: dict) -> list[str]:
             text += "; methods with their own block_size: " + ", ".join(
                 f"{m} {n}" for m, n in per_method.items())
         lines.append(f"{b}: block size {text}")
-        family = getattr(size.identity, "family", None)
+        identity = checkpoints.identity(b)
+        family = getattr(identity, "family", None) or getattr(size.identity, "family", None)
         if family in GEN_LENGTH_MAPPING:
             lines.append(f"  gen_length G, prompt P, block n: {GEN_LENGTH_MAPPING[family]}")
     return lines

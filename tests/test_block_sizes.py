@@ -128,6 +128,8 @@ def test_a_backbones_block_size_reaches_its_jobs_only(block_campaign):
         assert c.method(m, t, b).get("block_size") == want, (b, t, m)
         if want is None:  # every other job's params are what they were
             assert c.method(m, t, b) == plain.method(m, t, b)
+    # `python -m dlmpipe.campaign` shows where a method decodes otherwise than configured
+    assert c.differences("llada-confidence") == {"sdar": "block_size=8", "l2": "block_size=16"}
 
 
 def test_a_methods_block_size_wins_over_the_backbones(block_campaign):
@@ -201,6 +203,7 @@ def test_plan_prints_each_block_causal_backbones_size_and_gen_length_mapping(blo
 
     cfg = block_campaign
     cfg["backbones"]["sdar"]["block_size"] = 8
+    cfg["backbones"]["blk"] = {"shipped": "toy_block"}  # SDAR's format
     text = render(Campaign(copy.deepcopy(cfg)), "test")
     section = text.split("block sizes and generation lengths on block-causal backbones", 1)[1]
     assert "sdar: block size 8 (backbones.sdar.block_size; the checkpoint's 4)" in section
@@ -210,6 +213,8 @@ def test_plan_prints_each_block_causal_backbones_size_and_gen_length_mapping(blo
     assert "Fast-dLLM v2 batch_sample" in section and "one token more" in section
     assert "dInfer" in section
     assert "toy: block size" not in section
+    blk = section.split("blk: block size 8 (the checkpoint's)\n", 1)[1].splitlines()[0]
+    assert "SDAR generate.py block_diffusion_generate" in blk
 
 
 # ---- the workflow: a backbone's block size is a param of its generate jobs ---------------------

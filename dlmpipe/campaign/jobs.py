@@ -173,16 +173,18 @@ def build_jobs(campaign: Campaign, checkpoints: Checkpoints,
 
 def differences(campaign: Campaign, name: str) -> dict[str, str]:
     """Where the method's jobs decode with other parameters than configured (overrides,
-    ``auto`` parameters): ``backbone`` (every task alike) or ``backbone/task`` -> the differing
-    parameters as text."""
+    ``auto`` parameters, a campaign's block size): ``backbone`` (every task alike) or
+    ``backbone/task`` -> the differing parameters as text."""
     point, out = campaign.methods[name], {}
     backbones, tasks = campaign._scope[campaign.origin[name]]
     for backbone in backbones:
         per_task = {}
         for task in tasks:
             job = campaign.method(name, task, backbone)
-            per_task[task] = ", ".join(f"{part}.{k}={v}" for part in overrides.PARTS
-                                       for k, v in job[part].items() if point[part].get(k) != v)
+            per_task[task] = ", ".join([f"{part}.{k}={v}" for part in overrides.PARTS
+                                        for k, v in job[part].items() if point[part].get(k) != v]
+                                       + ([f"block_size={job['block_size']}"]
+                                          if "block_size" in job else []))
         if len(set(per_task.values())) == 1:
             if (diff := next(iter(per_task.values()))):
                 out[backbone] = diff
