@@ -230,3 +230,22 @@ def test_changing_a_backbones_block_size_reruns_exactly_its_jobs(tmp_path, snake
     proc = snakemake(tmp_path, "-n", configfile=write_config(cfg, tmp_path / "changed.yaml"))
     assert scheduled(proc.stdout) == (decoding_jobs(["blk"], tasks, methods)
                                       | timing_jobs(["blk"], tasks, methods) | REPORT_JOBS)
+
+
+# ---- `dlmpipe decode --block-size`: the same rule and the same attention ----------------------
+def test_quick_decode_takes_a_block_size_and_refuses_a_bad_one(tmp_path):
+    import json
+
+    from dlmpipe.quick_decode import quick_decode
+
+    trace = tmp_path / "trace.jsonl"
+    r = quick_decode("shipped:toy_block", "llada_confidence", "none", "1+2=", 16, device="cpu",
+                     trace=str(trace), block_size=4)
+    assert r["method"]["block_size"] == 4
+    steps = [x for x in map(json.loads, trace.read_text().splitlines()) if x["kind"] == "step"]
+    assert steps and all(x["block"][0] % 4 == 0 and x["block"][1] - x["block"][0] == 4
+                         for x in steps)
+    with pytest.raises(ValueError, match=r"^--block-size: 4: shipped toy \(llada family\) attends "
+                                         "bidirectionally"):
+        quick_decode("shipped:toy", "llada_confidence", "none", "1+2=", 16, device="cpu",
+                     block_size=4)

@@ -97,15 +97,16 @@ def block_size_of(campaign: Campaign, base: str, backbone: str) -> tuple[int | N
     return (value, f"backbones.{backbone}.block_size") if value is not None else (None, "")
 
 
-def block_size_problems(key: str, n: int, method: dict, gen_length: int, backbone: str,
-                        checkpoints: Checkpoints, job: str) -> list[str]:
+def block_size_problems(key: str, n: int, method: dict, gen_length: int, identity,
+                        job: str) -> list[str]:
     """A campaign's block size against what the backbone's release allows (docs/MODELS.md):
     a block-causal family only (a bidirectional one has no blocks); on Fast-dLLM v2 at least
     one block of response (batch_sample decodes ``max_new_tokens // block_size`` blocks past the
     prompt's: fewer positions decode none) and sub-blocks that tile the block (``num_small_blocks
     = block_size // small_block_size``: a remainder's masks are never decoded and the block's
-    loop never ends). SDAR and LLaDA2.0 (dInfer) take any positive block length."""
-    identity = checkpoints.identity(backbone)
+    loop never ends). SDAR and LLaDA2.0 (dInfer) take any positive block length. ``identity``:
+    the backbone's (``BackboneIdentity``; a ``CheckpointError`` is reported elsewhere); ``job``
+    says which job it is about. Also ``dlmpipe decode --block-size``'s check."""
     if isinstance(identity, CheckpointError):
         return []  # reported where the checkpoint is checked
     fam = family(identity.family)
@@ -163,8 +164,8 @@ def build_jobs(campaign: Campaign, checkpoints: Checkpoints,
                 problems += attention_problems(where, method, backbone, checkpoints, job)
                 block, block_key = block_size_of(campaign, base, backbone)
                 if block is not None:
-                    problems += block_size_problems(block_key, block, method, gen_length, backbone,
-                                                    checkpoints, job)
+                    problems += block_size_problems(block_key, block, method, gen_length,
+                                                    checkpoints.identity(backbone), job)
                 # the block size only where the campaign sets one: other jobs' params unchanged
                 jobs[(name, task, backbone)] = {**method, "gen_length": gen_length,
                                                 **({"block_size": block} if block is not None else {})}
