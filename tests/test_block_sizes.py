@@ -249,3 +249,46 @@ def test_quick_decode_takes_a_block_size_and_refuses_a_bad_one(tmp_path):
                                          "bidirectionally"):
         quick_decode("shipped:toy", "llada_confidence", "none", "1+2=", 16, device="cpu",
                      block_size=4)
+
+
+def test_generate_and_timing_jobs_decode_each_method_at_its_block_size(tmp_path):
+    """A generate job decodes at its method's block size (its params record it); the timing job
+    switches the model's block size per method, so a method at 4 timed against a reference at
+    the checkpoint's 8 decodes exactly its generate job's tokens, and the reference its own."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from dlmpipe.backbones.manifest import write_manifest
+    from dlmpipe.backbones.shipped import SHIPPED_DIR
+    from dlmpipe.generate import run_generation_job
+    from dlmpipe.tasks import load_task, write_task_table
+    from dlmpipe.timing import run_timing_job
+
+    man = tmp_path / "manifest.json"
+    write_manifest(SHIPPED_DIR / "toy_block", man, name="blk")
+    task = tmp_path / "toy_arith.parquet"
+    write_task_table(load_task("toy_arith", n=4, seed=2), task)
+    ref = {"name": "ref", "sampler": {"name": "llada_confidence"}, "cache": {"name": "none"},
+           "gen_length": 16}
+    small = {**ref, "name": "small", "block_size": 4}
+    tokens = {}
+    for m in (ref, small):
+        gen = tmp_path / f"{m['name']}.parquet"
+        run_generation_job(str(man), str(task), m, str(gen), str(gen.with_suffix(".json")),
+                           device="cpu", warmup=False)
+        rows = pq.read_table(gen).to_pandas()
+        assert json.loads(rows["params"][0]).get("block_size") == m.get("block_size")
+        # the trained toy decodes these samples' tokens alike at 4 and 8; its block loop does
+        # not: other blocks, other steps, prefill and commit forwards (NFE) per sample
+        tokens[m["name"]] = {r.sample_index: (list(r.token_ids), r.nfe) for r in rows.itertuples()}
+    assert all(tokens["small"][i][1] != tokens["ref"][i][1] for i in tokens["ref"]), \
+        {m: {i: v[1] for i, v in t.items()} for m, t in tokens.items()}
+    out = tmp_path / "timing.parquet"
+    run_timing_job(str(man), str(task), small, str(out), reference=ref, device="cpu", samples=4,
+                   repeats=1, log=lambda *_: None, batch_size=2)
+    timed = pq.read_table(out).to_pandas()
+    assert set(timed["method"]) == {"ref", "small"}
+    for row in timed.itertuples():
+        assert (list(row.token_ids), row.nfe) == tokens[row.method][row.sample_index], \
+            (row.method, row.sample_index)
