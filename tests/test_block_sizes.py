@@ -292,3 +292,43 @@ def test_generate_and_timing_jobs_decode_each_method_at_its_block_size(tmp_path)
     for row in timed.itertuples():
         assert (list(row.token_ids), row.nfe) == tokens[row.method][row.sample_index], \
             (row.method, row.sample_index)
+
+
+def test_a_sweep_over_block_sizes_names_one_method_per_size(block_campaign):
+    """``sweep: {block_size: [...]}``: a block-size ablation, one method per size (sdar-b2,
+    sdar-b8), each point's jobs at its size; a bad point is refused naming the sweep key."""
+    cfg = block_campaign
+    cfg["methods"]["sdar"] = {"sampler": {"name": "sdar"}, "cache": {"name": "none"},
+                              "backbones": ["sdar", "l2"], "sweep": {"block_size": [2, 8]}}
+    c = Campaign(copy.deepcopy(cfg))
+    assert [m for m in c.methods if m.startswith("sdar")] == ["sdar-b2", "sdar-b8"]
+    assert {(m, b): c.method(m, "toy_code", b)["block_size"] for m in ("sdar-b2", "sdar-b8")
+            for b in ("sdar", "l2")} == {("sdar-b2", "sdar"): 2, ("sdar-b2", "l2"): 2,
+                                         ("sdar-b8", "sdar"): 8, ("sdar-b8", "l2"): 8}
+    assert c.differences("sdar-b2") == {}  # its own block size, as configured
+    cfg["methods"]["sdar"]["backbones"] = ["v2"]
+    cfg["methods"]["sdar"]["sweep"] = {"block_size": [8, 16]}
+    found = problems(cfg)
+    assert found and all(p.startswith("methods.sdar.sweep.block_size: 16 exceeds gen_length 8")
+                         for p in found), found
+    cfg["methods"]["sdar"]["sweep"] = {"block_size": [0]}
+    assert any(p.startswith("methods.sdar.sweep.block_size: 0: ") for p in problems(cfg)), problems(cfg)
+
+
+def test_an_lm_eval_model_of_a_campaign_method_decodes_at_its_block_size(tmp_path, tiny_config,
+                                                                          write_config):
+    """``DlmpipeLM(method=..., config=...)``: a campaign method's own block size reaches the model
+    lm-eval decodes with (a point of its block_size sweep)."""
+    pytest.importorskip("lm_eval")
+    from dlmpipe.lmeval.model import DlmpipeLM
+
+    tiny_config["backbones"]["blk"] = {"shipped": "toy_block"}
+    tiny_config["methods"]["blocky"] = {"sampler": {"name": "llada_confidence"},
+                                        "cache": {"name": "none"}, "backbones": ["blk"],
+                                        "sweep": {"block_size": [2, 4]}}
+    config = write_config(tiny_config, tmp_path / "c.yaml")
+    lm = DlmpipeLM(checkpoint="shipped:toy_block", method="blocky-b2", config=str(config),
+                   device="cpu")
+    assert lm.loaded.model.cfg.block_size == 2
+    assert DlmpipeLM(checkpoint="shipped:toy_block", method="llada-confidence", config=str(config),
+                     device="cpu").loaded.model.cfg.block_size == 8

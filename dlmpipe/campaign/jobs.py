@@ -87,12 +87,15 @@ GEN_LENGTH_MAPPING = {
 }
 
 
-def block_size_of(campaign: Campaign, base: str, backbone: str) -> tuple[int | None, str]:
+def block_size_of(campaign: Campaign, name: str, base: str,
+                  backbone: str) -> tuple[int | None, str]:
     """The block size a method's jobs on ``backbone`` decode with and the key that set it: the
-    method's ``block_size``, else the backbone's, else (None, "") the checkpoint's."""
-    method_value = campaign.config["methods"][base].get("block_size")
+    method's ``block_size`` (set, or this point's of its sweep), else the backbone's, else
+    (None, "") the checkpoint's."""
+    method_value = campaign.methods[name].get("block_size")
     if method_value is not None:
-        return method_value, f"methods.{base}.block_size"
+        swept = "block_size" in (campaign.config["methods"][base].get("sweep") or {})
+        return method_value, f"methods.{base}.{'sweep.' if swept else ''}block_size"
     value = campaign.config["backbones"][backbone].get("block_size")
     return (value, f"backbones.{backbone}.block_size") if value is not None else (None, "")
 
@@ -162,7 +165,7 @@ def build_jobs(campaign: Campaign, checkpoints: Checkpoints,
                 job = f"method {name} on {backbone}" + (f", with {used}" if applied else "")
                 problems += width_problems(where, method, backbone, checkpoints, check_paths, job)
                 problems += attention_problems(where, method, backbone, checkpoints, job)
-                block, block_key = block_size_of(campaign, base, backbone)
+                block, block_key = block_size_of(campaign, name, base, backbone)
                 if block is not None:
                     problems += block_size_problems(block_key, block, method, gen_length,
                                                     checkpoints.identity(backbone), job)
@@ -185,7 +188,8 @@ def differences(campaign: Campaign, name: str) -> dict[str, str]:
             per_task[task] = ", ".join([f"{part}.{k}={v}" for part in overrides.PARTS
                                         for k, v in job[part].items() if point[part].get(k) != v]
                                        + ([f"block_size={job['block_size']}"]
-                                          if "block_size" in job else []))
+                                          if job.get("block_size") != point.get("block_size")
+                                          else []))
         if len(set(per_task.values())) == 1:
             if (diff := next(iter(per_task.values()))):
                 out[backbone] = diff
