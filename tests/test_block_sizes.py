@@ -332,3 +332,16 @@ def test_an_lm_eval_model_of_a_campaign_method_decodes_at_its_block_size(tmp_pat
     assert lm.loaded.model.cfg.block_size == 2
     assert DlmpipeLM(checkpoint="shipped:toy_block", method="llada-confidence", config=str(config),
                      device="cpu").loaded.model.cfg.block_size == 8
+
+
+def test_plan_prices_each_job_at_its_block_size(block_campaign):
+    """The GPU-hour estimate prices a block-causal job's blocks at the campaign's size
+    (cost.block_causal_cost), not the checkpoint's."""
+    from dlmpipe.plan import Gpu, estimate
+
+    cfg = block_campaign
+    native = estimate(Campaign(copy.deepcopy(cfg)), Gpu(), 1.0, 64.0)
+    cfg["backbones"]["sdar"]["block_size"] = 16
+    wider = estimate(Campaign(copy.deepcopy(cfg)), Gpu(), 1.0, 64.0)
+    assert wider["sdar"].hours["generate"] != native["sdar"].hours["generate"]
+    assert wider["l2"].hours == native["l2"].hours and wider["toy"].hours == native["toy"].hours
