@@ -152,9 +152,10 @@ def test_bad_block_sizes_are_refused_naming_the_key(block_campaign):
     assert any(p.startswith("backbones.sdar.block_size: 0 is out of range") for p in found), found
     bad = copy.deepcopy(cfg)
     bad["backbones"]["toy"]["block_size"] = 4
-    found = problems(bad)
-    assert found and all(p.startswith("backbones.toy.block_size: 4: backbones.toy (toy) (llada "
-                                      "family) attends bidirectionally") for p in found), found
+    assert problems(bad) == [
+        "backbones.toy.block_size: 4: backbones.toy (toy) (llada family) attends bidirectionally, "
+        "it has no blocks; a block size applies to the block-causal families only (sdar, "
+        "fast_dllm_v2, llada2)"]
     bad = copy.deepcopy(cfg)
     bad["methods"]["wide"] = {"sampler": {"name": "llada_confidence"}, "cache": {"name": "none"},
                               "block_size": 2}
@@ -311,6 +312,12 @@ def test_a_sweep_over_block_sizes_names_one_method_per_size(block_campaign):
     found = problems(cfg)
     assert found and all(p.startswith("methods.sdar.sweep.block_size: 16 exceeds gen_length 8")
                          for p in found), found
+    cfg["methods"]["sdar"]["backbones"] = ["toy"]
+    cfg["methods"]["sdar"]["sweep"] = {"block_size": [8]}
+    found = problems(cfg)
+    assert any(p.startswith("methods.sdar.sweep.block_size: 8: backbones.toy (toy) (llada family) "
+                            "attends bidirectionally") and p.endswith("(methods.sdar.backbones)")
+               for p in found), found
     cfg["methods"]["sdar"]["sweep"] = {"block_size": [0]}
     assert any(p.startswith("methods.sdar.sweep.block_size: 0: ") for p in problems(cfg)), problems(cfg)
 

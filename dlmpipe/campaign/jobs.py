@@ -114,11 +114,13 @@ def block_size_problems(key: str, n: int, method: dict, gen_length: int, identit
         return []  # reported where the checkpoint is checked
     fam = family(identity.family)
     if fam.attention != "block_causal":
-        hint = (f"; restrict the method to block-causal backbones ({key.rsplit('.', 1)[0]}"
-                ".backbones)" if key.startswith("methods.") else "")
+        # a backbone's key: one problem, whichever job asks; a method's: which job, and the fix
+        where = (f" ({job}); restrict the method to block-causal backbones "
+                 f"({'.'.join(key.split('.')[:2])}.backbones)"
+                 if key.startswith("methods.") else "")
         return [f"{key}: {n}: {identity.describe()} attends bidirectionally, it has no blocks; "
                 f"a block size applies to the block-causal families only (sdar, fast_dllm_v2, "
-                f"llada2) ({job}){hint}"]
+                f"llada2){where}"]
     problems = []
     if fam.name == "fast_dllm_v2":
         if gen_length < n:
