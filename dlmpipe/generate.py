@@ -198,6 +198,9 @@ def load_job_model(man: dict, dev: torch.device, method: dict, proxies: str | No
     loaded = load_backbone(man["path"], dtype=man.get("dtype", "float32"), device=dev,
                            sha256=man.get("sha256"), light_tokenizer=True)
     model = loaded.model
+    # the campaign's block size for this backbone/method (backbones.<b>.block_size,
+    # methods.<m>.block_size), checked at plan time; None: the checkpoint's
+    model.use_block_size(method.get("block_size"), "method block_size")
     artifacts = {}
     if proxies:  # the backbone's singular proxies (svd rule)
         from .engine.proxies import load_proxies
@@ -212,8 +215,10 @@ def load_job_model(man: dict, dev: torch.device, method: dict, proxies: str | No
 
 
 def method_params(method: dict) -> str:
-    """The generations' ``params`` column: the method's parameters as JSON text."""
-    return json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length")}, sort_keys=True)
+    """The generations' ``params`` column: the method's parameters as JSON text (with the
+    block size where the campaign sets one)."""
+    return json.dumps({k: method[k] for k in ("sampler", "cache", "gen_length", "block_size")
+                       if k in method}, sort_keys=True)
 
 
 def generation_row(job: JobModel, i: int, row: dict, prompt_len: int, res: DecodeResult,

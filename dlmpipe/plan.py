@@ -188,7 +188,8 @@ def estimate(campaign, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0,
             def price(name: str) -> cost.Decode:
                 method = _filled(campaign.method(name, t, b), size.identity)
                 return cost.decode_cost(method, p, size.n_layers, parallel_tokens,
-                                        _spa_budgets(method, size.n_layers), size.block_size)
+                                        _spa_budgets(method, size.n_layers),
+                                        method.get("block_size") or size.block_size)
 
             reference = price(ref)
             for m in campaign.methods_on(b, t):
@@ -224,7 +225,8 @@ def assumptions(campaign, gpu: Gpu, parallel_tokens: float,
                          key=list(registry.KINDS[part]).index) for part in ("sampler", "cache")}
     sizes = sizes if sizes is not None else {b: backbone_size(campaign, b) for b in campaign.backbones}
     moe = [b for b, z in sizes.items() if z is not None and z.total and z.total > z.parameters * 1.5]
-    blocky = [f"{b} ({z.block_size})" for b, z in sizes.items() if z is not None and z.block_size]
+    blocky = [f"{b} ({campaign.config['backbones'][b].get('block_size') or z.block_size})"
+              for b, z in sizes.items() if z is not None and z.block_size]
     return [
         "parameters: counted on the native model built from the backbone's config.json where its "
         "directory is there, else from the published architecture of a known checkpoint matched "
@@ -304,15 +306,49 @@ def block_length_notes(campaign, sizes: dict) -> list[str]:
     for b, size in sizes.items():
         if size is None or not size.block_size:
             continue
-        n = size.block_size
         for m in dict.fromkeys(m for t in campaign.tasks for m in campaign.methods_on(b, t)):
             t = next(t for t in campaign.tasks if campaign.runs(m, b, t))
-            block = campaign.method(m, t, b)["sampler"].get("block_length")
+            job = campaign.method(m, t, b)
+            n = job.get("block_size") or size.block_size
+            block = job["sampler"].get("block_length")
             if block and n % block:
                 notes.append(f"{m} on {b}: sampler.block_length {block} does not divide the "
                              f"backbone's blocks of {n}: one sub-block, the whole active block "
                              f"of {n} (as block_length {n})")
     return notes
+
+
+def block_size_lines(campaign, sizes: dict) -> list[str]:
+    """Each block-causal backbone's block size (the checkpoint's, the campaign's
+    ``backbones.<b>.block_size``, and methods with their own ``block_size``) and how its
+    release maps the generation length onto blocks at that size (docs/MODELS.md, "Block sizes
+    and generation lengths"; campaign/jobs.py ``GEN_LENGTH_MAPPING``)."""
+    from .campaign.backbones import Checkpoints
+    from .campaign.jobs import GEN_LENGTH_MAPPING
+
+    checkpoints = Checkpoints(campaign.config["backbones"])  # a shipped toy_block is SDAR's
+    lines = []
+    for b, size in sizes.items():
+        if size is None or not size.block_size:
+            continue
+        own = campaign.config["backbones"][b].get("block_size")
+        text = (f"{own} (backbones.{b}.block_size; the checkpoint's {size.block_size})" if own
+                else f"{size.block_size} (the checkpoint's)")
+        per_method = {}
+        for t in campaign.tasks:
+            for m in campaign.methods_on(b, t):
+                n = campaign.method(m, t, b).get("block_size")
+                if n is not None and n != own:
+                    per_method[m] = n
+        if per_method:
+            text += "; methods with their own block_size: " + ", ".join(
+                f"{m} {n}" for m, n in per_method.items())
+        lines.append(f"{b}: block size {text}")
+        identity = checkpoints.identity(b)
+        family = getattr(identity, "family", None) or getattr(size.identity, "family", None)
+        if family in GEN_LENGTH_MAPPING:
+            lines.append(f"  gen_length G, prompt P, block n: {GEN_LENGTH_MAPPING[family]}")
+    return lines
 
 
 def render(campaign, source: str, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0,
@@ -354,6 +390,10 @@ def render(campaign, source: str, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0
     if campaign.config.get("device") == "cpu":
         lines.append("  (this campaign decodes on the CPU: the hours are what a GPU would take)")
     lines += ["", *gpu_lines(campaign)]
+    if blocks := block_size_lines(campaign, {b: e.size for b, e in estimates.items()}):
+        lines += ["", "block sizes and generation lengths on block-causal backbones "
+                  "(docs/MODELS.md, \"Block sizes and generation lengths\"):"] \
+            + [f"  {n}" for n in blocks]
     if notes := block_length_notes(campaign, {b: e.size for b, e in estimates.items()}):
         lines += ["", "block lengths on block-causal backbones (docs/METHODS.md, \"Block-causal "
                   "backbones\"):"] + [f"  - {n}" for n in notes]

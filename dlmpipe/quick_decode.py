@@ -59,13 +59,16 @@ def find_checkpoint(spec: str) -> Checkpoint:
 def quick_decode(checkpoint: str, sampler: str, cache: str, prompt: str, gen_length: int,
                  sets: dict[str, dict] | None = None, device: str = "auto",
                  dtype: str = "auto", chat: bool = False, seed: int = 0,
-                 warmup: bool = False, trace: str | None = None) -> dict:
+                 warmup: bool = False, trace: str | None = None,
+                 block_size: int | None = None) -> dict:
     """Decode ``prompt`` once; returns the text (cut at the first stop token), the method as
     decoded (parameters filled), the decode's statistics, its synchronized wall time and time
     to first token, tokens per second, device and dtype. ``warmup``: one untimed decode first
     (kernels, allocations), as the jobs do. ``trace``: write every forward of the (timed)
     decode to that file as JSON lines (dlmpipe/trace.py; its observer's reads are inside the
-    timed decode)."""
+    timed decode). ``block_size``: a block-causal backbone's block size for this decode (None:
+    the checkpoint's), checked as a campaign's ``block_size`` is (docs/MODELS.md, "Block sizes
+    and generation lengths")."""
     import torch
 
     from . import registry
@@ -82,10 +85,18 @@ def quick_decode(checkpoint: str, sampler: str, cache: str, prompt: str, gen_len
     if (p := registry.pairing_problem(sampler, cache)) or (
             p := "; ".join(registry.gen_length_problems(method, gen_length))):
         raise ValueError(p)
+    if block_size is not None:
+        from .campaign.jobs import block_size_problems
+
+        if (p := "; ".join(block_size_problems("--block-size", block_size, method, gen_length,
+                                               ckpt.identity, f"{ckpt.path}"))):
+            raise ValueError(p)
+        method["block_size"] = block_size
     dev = resolve_device(device)
     if dtype == "auto":
         dtype = "bfloat16" if dev.type == "cuda" else "float32"
     loaded = load_backbone(ckpt.path, dtype=dtype, device=dev, sha256=ckpt.sha256)
+    loaded.model.use_block_size(block_size, "--block-size")
     artifacts = {}
     if "proxies" in registry.artifacts(method):  # SPA-Cache's singular proxies, from these weights
         from .engine.proxies import proxies_from_model

@@ -142,7 +142,12 @@ def run_timing_job(manifest: str, task_file: str, method: dict, out: str,
     if proxies:  # the backbone's singular proxies (svd rule), checked against its fingerprint
         from .engine.proxies import load_proxies
         artifacts["proxies"] = load_proxies(proxies, man.get("fingerprint"))
-    built = {m["name"]: build_method(m, model, artifacts, compile=compile) for m in methods}
+    def built_for(m):  # each method over its own block size (methods.<m>.block_size)
+        model.use_block_size(m.get("block_size"), "method block_size")
+        return build_method(m, model, artifacts, compile=compile)
+
+    built = {m["name"]: built_for(m) for m in methods}
+    block_sizes = {m["name"]: m.get("block_size") for m in methods}
     gen_len = {m["name"]: int(m["gen_length"]) for m in methods}
     indices = timed_samples(len(rows), samples)
     prompts = {i: torch.tensor(encode_prompt(loaded, rows[i], chat=bool(man.get("chat"))),
@@ -150,6 +155,7 @@ def run_timing_job(manifest: str, task_file: str, method: dict, out: str,
 
     def run(name: str, i: int):
         sampler, cache = built[name]
+        model.use_block_size(block_sizes[name], "method block_size")
         gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
         return decode(model, sampler, cache, prompts[i], gen_len[name], gen)
 
@@ -215,6 +221,7 @@ def throughput_pass(model, method: dict, artifacts: dict, compile: str, dev: tor
             yield Sample(i, prompts[i], gen_len,
                          torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"])))
 
+    model.use_block_size(method.get("block_size"), "method block_size")
     slots = [build_method(method, s, artifacts, compile=compile) for s in slot_models(model, batch)]
     decode_batched(model, slots, [next(samples())], lambda s, r: None)  # warm-up, untimed
     gc.collect()

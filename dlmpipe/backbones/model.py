@@ -197,6 +197,27 @@ class Backbone(nn.Module):
         b, h, tq, hd = o.shape
         return o.transpose(1, 2).reshape(b, tq, h * hd)
 
+    def use_block_size(self, block_size: int | None, key: str = "block_size") -> None:
+        """Decode over blocks of ``block_size`` positions from now on (None: the checkpoint's,
+        as its family's reader set it): ``attention_mask``, the full forward and the block loop
+        (dlmpipe/blockwise.py) all read ``cfg.block_size``, so this changes the block-causal
+        attention itself, not sub-blocks of the sampler. The releases take the block length as
+        a generation argument (SDAR generate.py ``--block_length``, Fast-dLLM v2 ``batch_sample``
+        ``block_size``, LLaDA2.0 ``generate`` / dInfer ``block_length``; docs/MODELS.md). A
+        bidirectional backbone has no blocks: refused, naming ``key`` (the config key that
+        asked)."""
+        native = self.__dict__.setdefault("native_block_size", self.cfg.block_size)
+        if block_size is None:
+            self.cfg.block_size = native
+            return
+        if native is None:
+            raise ValueError(f"{key}: {block_size}: the {self.cfg.family} family attends "
+                             "bidirectionally (no blocks); a block size applies to a block-causal "
+                             "backbone only (SDAR, Fast-dLLM v2, LLaDA2.0)")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"{key}: {block_size!r}: a block size is a positive integer")
+        self.cfg.block_size = block_size
+
     def attention_mask(self, q_positions: Tensor, k_positions: Tensor) -> Tensor | None:
         """Which keys each query row sees, for ``attend``: None (every key) on a bidirectional
         backbone; on a block-causal one bool ``[Tq, Tk]``, True where the key's block

@@ -14,7 +14,9 @@ it is about (``methods.archer.cache.K``). In order:
 - every job's method (``jobs.py``): overrides applied, ``auto`` parameters (SPA-Cache's
   profile) chosen for each checkpoint (dlmpipe/backbones/identity.py), blocks against the
   generation length (a method's own ``gen_length``, else each task's), parameters against the
-  backbone's widths (SPA-Cache's rank; config.json read without torch, or a toy's options);
+  backbone's widths (SPA-Cache's rank; config.json read without torch, or a toy's options),
+  a block size (``methods.<m>.block_size``, else ``backbones.<b>.block_size``) against the
+  backbone's family and release (docs/MODELS.md, "Block sizes and generation lengths");
 - the reference method, compile and batch settings, the analyses (analysis/targets.py) and the
   paper tables (``tables:``, analysis/table_spec.py).
 

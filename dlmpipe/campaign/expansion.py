@@ -24,8 +24,8 @@ def name_part(value) -> str:
 
 
 #: keys of a method besides its sampler/cache parameters that a sweep may vary, and their label
-#: in default names (llada-confidence-g256)
-METHOD_KEYS = {"gen_length": "g"}
+#: in default names (llada-confidence-g256, sdar-b8: a block-causal backbone's block size)
+METHOD_KEYS = {"gen_length": "g", "block_size": "b"}
 
 
 def get_dotted(method: dict, field: str):
@@ -64,7 +64,7 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
         return [], problems
     for point in itertools.product(*(sweep[k] for k in swept)):
         method = {"sampler": copy.deepcopy(spec["sampler"]), "cache": copy.deepcopy(spec["cache"]),
-                  "gen_length": spec.get("gen_length")}
+                  **{k: spec.get(k) for k in METHOD_KEYS}}
         for field, value in zip(swept, point):
             if field in METHOD_KEYS:
                 method[field] = value
@@ -88,14 +88,14 @@ def expand_method(base: str, spec: dict, schema: dict) -> tuple[list[dict], list
             method["name"] = method_name(base, spec, method, swept)
         except KeyError as e:
             return [], [f"{where}.name: template field {{{e.args[0]}}} is not a parameter of "
-                        "this method (use sampler.<param>, cache.<param> or gen_length, when "
-                        "the method sets it)"]
+                        "this method (use sampler.<param>, cache.<param>, gen_length or "
+                        "block_size, when the method sets it)"]
         if not NAME.match(method["name"]):
             return [], [f"{where}.name: expands to {method['name']!r}, not a valid name "
                         "(letters, digits, _ . + -)"]
         methods.append({"name": method["name"], "sampler": method["sampler"],
                         "cache": method["cache"],
-                        **({"gen_length": method["gen_length"]} if method["gen_length"] else {})})
+                        **{k: method[k] for k in METHOD_KEYS if method[k] is not None}})
     return methods, problems
 
 

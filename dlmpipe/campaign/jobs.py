@@ -3,7 +3,9 @@ that backbone and task applied (dlmpipe/overrides.py), its ``auto`` parameters c
 backbone's checkpoint (``registry.bind``), its generation length (the method's own, else the
 task's), and the registry's checks of the result against that length, against the
 backbone's widths (config.json, or a toy's options) and against its attention pattern
-(block-causal or full), each problem naming the key that set it.
+(block-causal or full), its block size (``methods.<m>.block_size``, else
+``backbones.<b>.block_size``, else the checkpoint's) against what the release allows, each
+problem naming the key that set it.
 """
 from __future__ import annotations
 
@@ -65,6 +67,79 @@ def attention_problems(where: str, method: dict, backbone: str, checkpoints: Che
             for p in registry.attention_problems(method, attention)]
 
 
+#: what each block-causal family's release does with the generation length at block size n
+#: (docs/MODELS.md, "Block sizes and generation lengths"); printed by ``dlmpipe plan``
+GEN_LENGTH_MAPPING = {
+    "sdar": "SDAR generate.py block_diffusion_generate(gen_length, block_length=n): "
+            "ceil((P + G) / n) blocks from block 0, positions P .. ceil((P + G) / n) * n decoded; "
+            "dlmpipe decodes the same blocks with gen_length G",
+    "llada2": "LLaDA2.0 modeling_llada2_moe.py generate(gen_length, block_length=n) and dInfer "
+              "(generate_uniform.py, new_gen_length = total_length - prompt_length): "
+              "ceil((P + G) / n) blocks from block 0, as SDAR; dlmpipe decodes the same blocks "
+              "with gen_length G",
+    "fast_dllm_v2": "Fast-dLLM v2 batch_sample(block_size=n, max_new_tokens=M) "
+                    "(v2/generation_functions.py): P // n + M // n blocks counted from block 0 "
+                    "(M < n decodes none), and each committed block's forward appends its greedy "
+                    "next token, so it returns one token more, ending at (P // n + M // n) * n + 1; "
+                    "dlmpipe decodes whole blocks up to ceil((P + G) / n) * n and skips the last "
+                    "block's store forward, so G = (P // n + M // n) * n - P decodes the release's "
+                    "blocks and returns its response without that last token",
+}
+
+
+def block_size_of(campaign: Campaign, name: str, base: str,
+                  backbone: str) -> tuple[int | None, str]:
+    """The block size a method's jobs on ``backbone`` decode with and the key that set it: the
+    method's ``block_size`` (set, or this point's of its sweep), else the backbone's, else
+    (None, "") the checkpoint's."""
+    method_value = campaign.methods[name].get("block_size")
+    if method_value is not None:
+        swept = "block_size" in (campaign.config["methods"][base].get("sweep") or {})
+        return method_value, f"methods.{base}.{'sweep.' if swept else ''}block_size"
+    value = campaign.config["backbones"][backbone].get("block_size")
+    return (value, f"backbones.{backbone}.block_size") if value is not None else (None, "")
+
+
+def block_size_problems(key: str, n: int, method: dict, gen_length: int, identity,
+                        job: str) -> list[str]:
+    """A campaign's block size against what the backbone's release allows (docs/MODELS.md):
+    a block-causal family only (a bidirectional one has no blocks); on Fast-dLLM v2 at least
+    one block of response (batch_sample decodes ``max_new_tokens // block_size`` blocks past the
+    prompt's: fewer positions decode none) and sub-blocks that tile the block (``num_small_blocks
+    = block_size // small_block_size``: a remainder's masks are never decoded and the block's
+    loop never ends). SDAR and LLaDA2.0 (dInfer) take any positive block length. ``identity``:
+    the backbone's (``BackboneIdentity``; a ``CheckpointError`` is reported elsewhere); ``job``
+    says which job it is about. Also ``dlmpipe decode --block-size``'s check."""
+    if isinstance(identity, CheckpointError):
+        return []  # reported where the checkpoint is checked
+    fam = family(identity.family)
+    if fam.attention != "block_causal":
+        # a backbone's key: one problem, whichever job asks; a method's: which job, and the fix
+        where = (f" ({job}); restrict the method to block-causal backbones "
+                 f"({'.'.join(key.split('.')[:2])}.backbones)"
+                 if key.startswith("methods.") else "")
+        return [f"{key}: {n}: {identity.describe()} attends bidirectionally, it has no blocks; "
+                f"a block size applies to the block-causal families only (sdar, fast_dllm_v2, "
+                f"llada2){where}"]
+    problems = []
+    if fam.name == "fast_dllm_v2":
+        if gen_length < n:
+            problems.append(
+                f"{key}: {n} exceeds gen_length {gen_length} ({job}): Fast-dLLM v2's batch_sample "
+                f"decodes max_new_tokens // block_size blocks past the prompt's "
+                f"(v2/generation_functions.py), none below one block; use gen_length >= {n}")
+        if method["sampler"]["name"] == "fast_dllm_v2":
+            sub = method["sampler"].get("sub_block_length",
+                                        registry.lookup("sampler", "fast_dllm_v2").defaults()
+                                        .get("sub_block_length"))
+            if sub and n % sub:
+                problems.append(
+                    f"{key}: {n} is not a multiple of sampler.sub_block_length {sub} ({job}): "
+                    f"Fast-dLLM v2's batch_sample steps block_size // small_block_size sub-blocks "
+                    f"(v2/generation_functions.py), the remainder would never be decoded")
+    return problems
+
+
 def build_jobs(campaign: Campaign, checkpoints: Checkpoints,
                check_paths: bool) -> tuple[dict[tuple[str, str, str], dict], list[str]]:
     """(method, task, backbone) -> the method its generate job decodes with, and the problems
@@ -92,22 +167,31 @@ def build_jobs(campaign: Campaign, checkpoints: Checkpoints,
                 job = f"method {name} on {backbone}" + (f", with {used}" if applied else "")
                 problems += width_problems(where, method, backbone, checkpoints, check_paths, job)
                 problems += attention_problems(where, method, backbone, checkpoints, job)
-                jobs[(name, task, backbone)] = {**method, "gen_length": gen_length}
+                block, block_key = block_size_of(campaign, name, base, backbone)
+                if block is not None:
+                    problems += block_size_problems(block_key, block, method, gen_length,
+                                                    checkpoints.identity(backbone), job)
+                # the block size only where the campaign sets one: other jobs' params unchanged
+                jobs[(name, task, backbone)] = {**method, "gen_length": gen_length,
+                                                **({"block_size": block} if block is not None else {})}
     return jobs, problems
 
 
 def differences(campaign: Campaign, name: str) -> dict[str, str]:
     """Where the method's jobs decode with other parameters than configured (overrides,
-    ``auto`` parameters): ``backbone`` (every task alike) or ``backbone/task`` -> the differing
-    parameters as text."""
+    ``auto`` parameters, a campaign's block size): ``backbone`` (every task alike) or
+    ``backbone/task`` -> the differing parameters as text."""
     point, out = campaign.methods[name], {}
     backbones, tasks = campaign._scope[campaign.origin[name]]
     for backbone in backbones:
         per_task = {}
         for task in tasks:
             job = campaign.method(name, task, backbone)
-            per_task[task] = ", ".join(f"{part}.{k}={v}" for part in overrides.PARTS
-                                       for k, v in job[part].items() if point[part].get(k) != v)
+            per_task[task] = ", ".join([f"{part}.{k}={v}" for part in overrides.PARTS
+                                        for k, v in job[part].items() if point[part].get(k) != v]
+                                       + ([f"block_size={job['block_size']}"]
+                                          if job.get("block_size") != point.get("block_size")
+                                          else []))
         if len(set(per_task.values())) == 1:
             if (diff := next(iter(per_task.values()))):
                 out[backbone] = diff

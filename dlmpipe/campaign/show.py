@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
           f"methods ({len(c.methods)}), reference {c.config['reference_method']}:")
     scopes = c.scopes()
     for name, m in c.methods.items():
-        shown = {k: m[k] for k in ("sampler", "cache", "gen_length") if k in m}
+        shown = {k: m[k] for k in ("sampler", "cache", "gen_length", "block_size") if k in m}
         print(f"  {name:24s} {json.dumps(shown)}")
         if (scope := scopes.get(c.origin[name])):
             print(f"    runs on backbones {', '.join(scope['backbones'])}; "

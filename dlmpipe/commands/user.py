@@ -36,7 +36,8 @@ def _decode(a: argparse.Namespace) -> None:
 
     print(report(quick_decode(a.checkpoint, a.sampler, a.cache, a.prompt, a.gen_length,
                               parse_sets(a.set), device=a.device, dtype=a.dtype, chat=a.chat,
-                              seed=a.seed, warmup=a.warmup, trace=a.trace)))
+                              seed=a.seed, warmup=a.warmup, trace=a.trace,
+                              block_size=a.block_size)))
 
 
 def _plan(a: argparse.Namespace) -> int:
@@ -98,6 +99,9 @@ def register(sub) -> None:
     s.add_argument("--seed", type=int, default=0, help="seed of the sampler's generator")
     s.add_argument("--warmup", action="store_true", help="one untimed decode first, as the jobs "
                    "do (the timed one then runs without first-call costs)")
+    s.add_argument("--block-size", type=int, default=None, help="a block-causal backbone's "
+                   "block size for this decode (its attention's blocks; default the "
+                   "checkpoint's), as the releases' block length argument (docs/MODELS.md)")
     s.add_argument("--trace", metavar="FILE", help="write every forward of the decode to FILE "
                    "as JSON lines: rows computed, positions committed with tokens and "
                    "confidences, cache decisions (dlmpipe/trace.py; docs/METHODS.md)")

@@ -83,6 +83,9 @@ class DlmpipeLM(LM):
         self.dtype = ("bfloat16" if self._device.type == "cuda" else "float32") if dtype == "auto" else dtype
         self.loaded = load_backbone(self.checkpoint.path, dtype=self.dtype, device=self._device,
                                     sha256=self.checkpoint.sha256)
+        # a campaign method's own block size (methods.<m>.block_size, or its sweep point's)
+        self.loaded.model.use_block_size(self.method.get("block_size"),
+                                         f"method {self.method['name']} block_size")
         self.artifacts = {}
         if "proxies" in registry.artifacts(self.method):  # SPA-Cache: from these weights
             from ..engine.proxies import proxies_from_model
