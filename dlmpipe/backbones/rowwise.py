@@ -90,8 +90,8 @@ def chunk_sizes() -> dict[tuple, int]:
 
 
 def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], run) -> int:
-    """The first of ``candidates`` at which ``run(n, seed)`` (``n`` fresh rows, returning them
-    shifted and unshifted through the kernel) computes every position alike, else 1."""
+    """The first of ``candidates`` at which ``run(n, generator)`` (``n`` random rows through the
+    kernel, then the same rows shifted by one place) computes every position alike, else 1."""
     threads = torch.get_num_threads()
     memo = (kind, key, threads)
     if memo not in _chosen:
