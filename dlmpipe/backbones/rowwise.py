@@ -39,9 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-#: row-chunk sizes tried for matrix products and norms, preferred first (the smallest that the
-#: machine's kernels compute position-invariantly: padding a 3-row call costs a chunk)
-ROW_CHUNKS = (16, 24, 32, 48, 64)
+#: row-chunk sizes tried for matrix products and norms, preferred first: 32 balances a small
+#: call's padding against a large call's many calls (benchmarks/bench_row_chunks.py: the toy's
+#: decodes 1.3-1.6x the plain ops' time at 32, 1.4-1.8x at 16 or 64); 48 and 24 where MKL's AVX2
+#: branch rounds a 32-row call's remainder tile differently
+ROW_CHUNKS = (32, 48, 24, 64, 16)
 #: query-chunk sizes tried for attention (SDPA's CPU kernel blocks queries by 32 below 192)
 QUERY_CHUNKS = (32, 24, 16)
 #: elements per call of an element-wise function: a multiple of the widest vector loop (AVX-512's
