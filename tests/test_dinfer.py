@@ -267,9 +267,12 @@ def test_vicinity_refresh_schedule_and_windows(family, look):
 def test_vicinity_edges_are_the_fast_dllm_caches(family):
     """No vicinity and no warm-up is dInfer's plain dual cache: Fast-dLLM's dual cache's rows,
     token for token; a window reaching the sequence's end with none before the block is
-    Fast-dLLM's prefix cache, token for token."""
+    Fast-dLLM's prefix cache, token for token. Blocks from the response's start (under
+    absolute alignment a block starting inside the prompt is recomputed from its start, prompt
+    rows included, as dInfer's caches do: tests/test_release_traces.py)."""
     model = tiny_backbone(family, seed=5, n_layers=3)
-    sampler = {"name": "dinfer_credit", "block_length": 4, "threshold": 0.7}
+    sampler = {"name": "dinfer_credit", "block_length": 4, "threshold": 0.7,
+               "block_alignment": "response"}
     for seed in (0, 1):
         prompt = random_prompt(6 + 5 * seed, seed)
         pairs = (({"name": "dinfer_vicinity", "prefix_look": 0, "after_look": 0, "warmup_steps": 0},
@@ -322,3 +325,13 @@ def test_config_time_refusals():
     for attention in registry.ATTENTIONS:
         method = {"sampler": {"name": "dinfer_credit"}, "cache": {"name": "dinfer_vicinity"}}
         assert registry.attention_problems(method, attention) == []
+
+
+def test_vicinity_released_rule_refuses_a_refresh_interval():
+    """``rule: released`` is the release's iteration counter, which refreshes at block starts
+    only: a ``refresh_interval`` with it is refused at config time, saying why."""
+    sampler = registry.resolve("sampler", {"name": "dinfer_credit"})[1] | {"name": "dinfer_credit"}
+    for interval, refused in ((2, True), (None, False)):
+        cache = {"name": "dinfer_vicinity", "rule": "released", "refresh_interval": interval}
+        problems = registry.gen_length_problems({"sampler": sampler, "cache": cache}, 128)
+        assert any("refresh_interval null" in p for p in problems) == refused

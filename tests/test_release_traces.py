@@ -8,7 +8,9 @@ tokens. Releases: Fast-dLLM v2 ``v2/generation_functions.py`` (ydshi0/Fast-dLLM 
 ``FastDLLM-inferencing/Fast_dLLM_v2_7B/modeling.py``, "modeling"); SDAR's OpenCompass loop
 (JetAstra/SDAR c2041a8, ``evaluation/opencompass/opencompass/models/huggingface_bd3.py``,
 "bd3"); dInfer (inclusionAI/dInfer fce4e32, ``python/dinfer/decoding/generate_uniform.py``,
-"gu").
+"gu"; ``decoding/utils.py``, ``decoding/parallel_strategy.py``, ``model/modeling_fused_olmoe.py``
+and ``benchmarks/benchmark_dataset.py`` named in full). The dInfer restatements were checked
+against the release's own code run on tiny checkpoints in its format (docs/METHODS.md §2.9).
 """
 from __future__ import annotations
 
@@ -226,7 +228,9 @@ def dinfer_block_release(model, prompt, gen_len, *, threshold, low_threshold):
     size and the benchmark's ``BlockIteratorFactory(start_block_align=True)``: blocks from the
     prompt's end to the next multiple of the block length (the rest of the block at once), then
     whole blocks to ``total_length`` (gu 937-940); each block stepped until it has no masks by
-    hierarchical decoding (the decoder as tests/test_dinfer.py checks it), over the prefix."""
+    hierarchical decoding (the decoder as tests/test_dinfer.py checks it), over the prefix. Each
+    step's block as the iterator hands it (``utils.py`` lines 232-249: from the multiple of the
+    block length, its prompt rows included)."""
     n, P = model.cfg.block_size, prompt.shape[0]
     total = (P + gen_len + n - 1) // n * n  # gu 937-938
     x = torch.full((total,), MASK_ID, dtype=torch.long)
@@ -245,8 +249,8 @@ def dinfer_block_release(model, prompt, gen_len, *, threshold, low_threshold):
             conf = torch.softmax(logits[candidates].float(), -1).gather(-1, tokens[:, None])[:, 0]
             accepted = hierarchy_accepts(candidates, conf, threshold, low_threshold)
             x[lo + candidates[accepted]] = tokens[accepted]
-            out.append(((lo, hi), [(lo + int(c), int(t)) for c, t in
-                                    zip(candidates[accepted], tokens[accepted])]))
+            out.append(((lo // n * n, hi), [(lo + int(c), int(t)) for c, t in  # its BlockLoc
+                                             zip(candidates[accepted], tokens[accepted])]))
     return out
 
 
@@ -263,6 +267,162 @@ def test_dinfer_on_llada2_decodes_the_rest_of_a_prompt_block_at_once(n, p_len):
                 "block_length": n}
         _, records = traced(model, spec, {"name": "none"}, prompt, 16)
         assert steps_of(records) == ref, (seed, p_len, n)
+
+
+# ---- dInfer's iterators on LLaDA-MoE: a block starting inside the prompt ----------------------
+def dinfer_model_rows(model, x, rows, past=None):
+    """The release model's forward (dInfer ``model/modeling_fused_olmoe.py``,
+    ``FusedOlmoeForCausalLM.forward`` over ``OlmoeSdpaAttention.forward``, lines 580-634) of the
+    tokens at ``rows`` (contiguous), at their positions (``OlmoeModel.forward`` lines 1011-1013:
+    ``replace_position``'s arange): with ``past`` (every layer's K/V of every row, a full
+    forward's) their fresh K/V replace those rows' in a copy (``past_key_value.update``,
+    ``utils.py`` ``KVCache.update`` lines 363-365, ``slice_scatter``) and they attend over every
+    row with no mask (line 620, ``is_causal = False``). Their logits and every layer's K/V."""
+    rope = model.rope(rows)
+    h = model.embed(x[None, rows])
+    kv = []
+    for i in range(model.cfg.n_layers):
+        q, k, v = model.qkv(i, h, rope)
+        if past is not None:
+            k_all, v_all = past[i][0].clone(), past[i][1].clone()
+            k_all[:, :, rows], v_all[:, :, rows] = k, v
+            k, v = k_all, v_all
+        kv.append((k, v))
+        h = h + model.attn_output(i, model.attend(q, k, v))
+        h = h + model.ffn(i, h)
+    return model.logits(h)[0], kv
+
+
+def dinfer_threshold_decode(logits, lo, hi, x, threshold):
+    """``ThresholdParallelDecoder.decode`` (``parallel_strategy.py`` lines 299-312) over
+    ``get_transfer_index_threshold`` (lines 265-285) at temperature 0, in place on ``x``; the
+    (position, token) pairs it commits. The argmax never picks the MASK id here (dlmpipe's
+    deliberate difference, docs/METHODS.md §1.14: the release leaves such a position out)."""
+    curr = x[lo:hi].clone()
+    mask_index = curr == MASK_ID  # 304
+    x0 = logits.clone().index_fill_(-1, torch.tensor([MASK_ID]), float("-inf")).argmax(-1)  # 267-268
+    p = torch.softmax(logits.to(torch.float32), dim=-1)  # 273
+    x0_p = p.gather(-1, x0[:, None])[:, 0]  # 274-275
+    mask_index = mask_index & (x0 != MASK_ID)  # 278-279
+    x0 = torch.where(mask_index, x0, curr)  # 280
+    confidence = torch.where(mask_index, x0_p, torch.tensor(float("-inf")))  # 281
+    bar = (confidence.max() - 1e-5).clamp(-1000, threshold)  # 283
+    transfer = (confidence >= bar) & mask_index  # 284, 310
+    x[lo:hi] = torch.where(transfer, x0, curr)  # 312
+    return [(lo + int(i), int(x0[i])) for i in transfer.nonzero()[:, 0]]
+
+
+def dinfer_blockwise_release(model, prompt, gen_len, n, threshold, cache, prefix_look=0,
+                             after_look=0, warmup=0):
+    """gu ``BlockWiseDiffusionLLM.generate`` (lines 472-489) with the benchmark's
+    ``BlockIteratorFactory(start_block_align=True)`` and ``KVCacheFactory('dual')``
+    (``benchmarks/benchmark_dataset.py`` lines 157, 170-173): ``cache`` "dual" runs
+    ``BaseDiffusionIteration.forward`` (gu 277-306), "vicinity" ``VicinityCacheIteration.forward``
+    (gu 614-644, ``warmup`` its ``warmup_steps``); ``BlockRunner.decode`` (gu 97-100) around
+    them. Every forward as (rows computed ``[a, b)``, the pairs its decode committed)."""
+    P = prompt.shape[0]
+    N = P + gen_len
+    x = torch.full((N,), MASK_ID, dtype=torch.long)  # utils.py TokenArray
+    x[:P] = prompt
+    manager = {"past": None, "block": None}  # DiffusionKVCacheManager (utils.py 380-420)
+
+    def require_update(lo, hi):  # utils.py 397-420, cache_update_freq None
+        changed = manager["block"] != (lo, hi)
+        manager["block"] = (lo, hi)
+        return changed
+
+    def full(lo, hi):  # gu 280-286 / 630-635: a full forward, decoded, the cache stored
+        logits, manager["past"] = dinfer_model_rows(model, x, torch.arange(N))
+        out.append(((0, N), dinfer_threshold_decode(logits[lo:hi], lo, hi, x, threshold)))
+
+    out = []
+    iter_no = 0  # VicinityCacheIteration.iter_no
+    first = P // n * n  # utils.py 195-199: the block holding the prompt's end
+    for block_id, lo in enumerate(range(first, N, n)):  # utils.py 205-212, gu 482-484
+        hi = min(lo + n, N)
+        while (x[lo:hi] == MASK_ID).any():  # gu 97
+            unroll = max(min(int((x[lo:hi] == MASK_ID).sum()) // 8, 4), 1)  # gu 98 (tpf 8, unroll 4)
+            for _ in range(unroll):  # gu 99-100
+                if cache == "dual":
+                    if require_update(lo, hi):  # gu 279
+                        full(lo, hi)
+                    rows = torch.arange(lo, hi)  # gu 298-301: the block, from its start
+                else:
+                    if iter_no < warmup:  # gu 622-627: a full forward, no cache
+                        logits, _ = dinfer_model_rows(model, x, torch.arange(N))
+                        out.append(((0, N), dinfer_threshold_decode(logits[lo:hi], lo, hi, x, threshold)))
+                        iter_no += 1
+                        continue
+                    if manager["past"] is None or (require_update(lo, hi) and block_id > 0):  # gu 629
+                        full(lo, hi)
+                        iter_no += 1  # gu 635
+                    rows = torch.arange(max(0, lo - prefix_look), min(N, hi + after_look))  # gu 619-620, 637
+                    iter_no += 1  # gu 644
+                logits, _ = dinfer_model_rows(model, x, rows, manager["past"])  # gu 300 / 639
+                a = int(rows[0])
+                out.append(((a, int(rows[-1]) + 1),  # gu 303 / 641-643
+                            dinfer_threshold_decode(logits[lo - a:hi - a], lo, hi, x, threshold)))
+    return out
+
+
+@pytest.mark.parametrize("cache", ["dual", "vicinity"])
+@pytest.mark.parametrize("p_len", [5, 8, 21, 22])
+def test_dinfer_caches_recompute_a_block_from_its_start_in_the_prompt(p_len, cache):
+    """Under absolute alignment the release's first block starts inside the prompt (at the
+    multiple of the block length before its end) and its caches recompute that block from there,
+    prompt rows included: the dual cache's block, the vicinity window ``block_start -
+    prefix_look``. Before issue 40 dlmpipe recomputed from the response's first row, so the
+    prompt tail kept its refresh-time K/V (other rows, and on these models other tokens). Every
+    step equal: the rows its forward computed and what it committed; the release's forwards that
+    decode nothing (its refresh forward finishing the block, ``BlockRunner``'s unrolled
+    iterations) are not dlmpipe steps."""
+    n, g = 8, 16
+    look = (2, 3) if cache == "vicinity" else (0, 0)
+    for seed in (0, 1, 2):
+        model = tiny_backbone("llada_moe", seed=seed, n_layers=2, stop_ids=[])
+        prompt = random_prompt(p_len, seed)
+        ref = [(rows, c) for rows, c in dinfer_blockwise_release(
+            model, prompt, g, n, 0.7, cache, *look) if c]
+        spec = {"name": "dinfer_credit", "credit_alpha": 0.0, "threshold": 0.7, "block_length": n}
+        vicinity = {"name": "dinfer_vicinity", "prefix_look": look[0], "after_look": look[1],
+                    "warmup_steps": 0}
+        _, records = traced(model, spec, vicinity, prompt, g)
+        got = [(tuple(r["rows"][0]), [(c["pos"], c["token"]) for c in r["committed"]])
+               for r in records if r["kind"] == "step"]
+        assert all(len(r["rows"]) == 1 for r in records)
+        assert got == ref, (seed, p_len, cache)
+        if p_len % n:  # the first block's cached steps recompute its prompt rows
+            assert any(a < p_len < b and b <= p_len + n for (a, b), _ in got if (a, b) != (0, p_len + g))
+
+
+def test_dinfer_vicinity_released_rule_is_the_release_s_iteration_counter():
+    """``rule: released``: the warm-up counts every forward of the release, those that decode
+    nothing too (``BlockRunner``'s unrolled iterations after a block has no masks, the window
+    forward after a refresh that finished its block), and a cache first built in a block after
+    the first is built again at that block's next iteration (gu 629 short-circuits
+    ``require_update``). Step by step equal to the release; the default rule (warm-up counts
+    decoding steps, one build per block) differs in some of these cases. Before issue 40
+    dlmpipe had only the default."""
+    n, g, look, warmup = 8, 16, (2, 3), 2
+    differs = 0
+    for p_len in (5, 8, 21, 22):
+        for seed in (0, 1, 2):
+            model = tiny_backbone("llada_moe", seed=seed, n_layers=2, stop_ids=[])
+            prompt = random_prompt(p_len, seed)
+            ref = [(rows, c) for rows, c in dinfer_blockwise_release(
+                model, prompt, g, n, 0.7, "vicinity", *look, warmup=warmup) if c]
+            spec = {"name": "dinfer_credit", "credit_alpha": 0.0, "threshold": 0.7,
+                    "block_length": n}
+            steps = {}
+            for rule in ("released", "paper"):
+                vicinity = {"name": "dinfer_vicinity", "prefix_look": look[0],
+                            "after_look": look[1], "warmup_steps": warmup, "rule": rule}
+                _, records = traced(model, spec, vicinity, prompt, g)
+                steps[rule] = [(tuple(r["rows"][0]), [(c["pos"], c["token"]) for c in r["committed"]])
+                               for r in records if r["kind"] == "step"]
+            assert steps["released"] == ref, (seed, p_len)
+            differs += steps["paper"] != ref
+    assert differs
 
 
 # ---- the trace itself ---------------------------------------------------------------------

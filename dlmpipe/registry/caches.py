@@ -291,7 +291,17 @@ CACHES = table(
                                    "configs 16)", minimum=0),
          "warmup_steps": integer(4, "full forwards without a cache at the start of a sample (the "
                                     "release's configs 4)", minimum=0),
-         "refresh_interval": _REFRESH_INTERVAL_OR_NULL},
+         "refresh_interval": _REFRESH_INTERVAL_OR_NULL,
+         "rule": choice(["paper", "released"], "paper",
+                        "paper: warmup_steps counts the forwards of steps that decode and each "
+                        "block's cache is built once, at its first forward; released: dInfer's "
+                        "iteration counter, whose warm-up also counts the forwards that decode "
+                        "nothing (its unrolled iterations after a block has no masks, the window "
+                        "forward after a refresh that finished the block) and which builds the "
+                        "cache twice when it is first built in a block after the first")},
+        checks=(lambda p, g: "cache.rule: released follows the release, which refreshes only at "
+                "block starts; set refresh_interval null"
+                if p.get("rule") == "released" and p.get("refresh_interval") is not None else None,),
         shadow_rows=True,
         on_block_causal="the window inside the active block: the sampler's sub-block with "
                        "prefix_look rows before and after_look rows after it, clipped to the "

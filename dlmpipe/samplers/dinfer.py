@@ -85,6 +85,23 @@ class DInferBlocks(BlockLoop):
             return super().block
         return (self.bounds[self.block_index], self.bounds[self.block_index + 1])
 
+    @property
+    def block_start(self) -> int:
+        """Under ``absolute`` alignment the block's absolute start, its prompt rows included:
+        the release's iterator hands the block from the multiple of ``block_length`` at or
+        before the prompt's end (``utils.py`` ``BlockIterator._get_first_block_start`` and
+        ``__next__``, lines 195-212; ``BlockDiffusionIterator``'s, lines 232-249), and its
+        caches recompute from there (``generate_uniform.py`` line 300: the dual cache's
+        ``model(block, ...)``; line 293: the prefix cache's ``x[:, block_loc.start:]``; lines
+        619 and 637-639: the vicinity window ``block_start - prefix_look``). The decoder reads
+        only the block's masked rows, so only the cache's rows change (their K/V, so the
+        logits)."""
+        row = self.prompt_len + int(self.block[0])
+        length = self.block_length_opt  # (on a block-causal backbone the rest of the active
+        if self.block_alignment == "response" or length is None:  # block is one block; its
+            return row  # start is still the multiple of block_length before the prompt's end)
+        return row - row % length
+
     def finish_step(self, response: Tensor, accepted: Tensor) -> None:
         index = self.block_index
         super().finish_step(response, accepted)
