@@ -190,3 +190,25 @@ def test_a_model_that_ranks_mask_first_still_finishes_its_block(temperature):
         assert s.done and HAND_MASK not in x.tolist(), (type(s).__name__, x.tolist())
         if temperature == 0:  # the most probable other token
             assert x.tolist() == [1, 2, 3, 4], type(s).__name__
+
+
+@pytest.mark.parametrize("rule", ["paper", "evaluation"])
+def test_a_top_k_of_1_that_leaves_only_mask_falls_back_to_the_next_most_probable_token(rule):
+    """top_k 1 (generate.py's greedy, the evaluation's setting) over a row whose most probable
+    token is MASK leaves MASK alone in the filtered distribution: the fallback is the most
+    probable other token of the unfiltered one (before issue 40 the default rule took the argmax
+    of the filtered row with MASK removed, all zeros: token 0)."""
+    from dlmpipe.samplers.sdar import SDARSampler
+
+    from .models import HAND_MASK, HAND_VOCAB
+
+    s = SDARSampler(remasking="low_confidence_static", steps=4, confidence_threshold=0.85,
+                    eb_threshold=0.35, temperature=1.0, top_k=1, top_p=1.0, rule=rule)
+    x = torch.full((4,), HAND_MASK)
+    s.begin(0, 4, HAND_MASK, generator=torch.Generator().manual_seed(0))
+    while not s.done:
+        rows = torch.full((4, HAND_VOCAB), math.log(0.1 / (HAND_VOCAB - 2)))
+        rows[:, HAND_MASK] = math.log(0.6)
+        rows[torch.arange(4), torch.arange(1, 5)] = math.log(0.3)
+        s.step(x, rows)
+    assert x.tolist() == [1, 2, 3, 4]

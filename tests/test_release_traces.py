@@ -222,6 +222,91 @@ def test_sdar_evaluation_rule_refuses_what_the_loop_cannot_run():
         assert any("evaluation" in p for p in registry.gen_length_problems(method, 16)), bad
 
 
+# ---- SDAR's generate.py ---------------------------------------------------------------------
+def sdar_generate_release(model, prompt, gen_len, *, steps, remasking, threshold, released):
+    """JetAstra/SDAR c2041a8 ``generate.py`` ``block_diffusion_generate`` (lines 58-202, "gen")
+    at its greedy setting, temperature 1 and top_k 1 (temperature 0 divides the logits by zero,
+    gen 35-36), top_p 1, batch 1, no stop ids: per step the rows the forward computed and the
+    (position, token) pairs it changed. ``released``: gen 196 as written (every position picked is
+    overwritten); else dlmpipe's paper rule (masked positions only). Also returns whether a prompt
+    row was overwritten (gen 164-166/177-179 rank the block's prompt rows at -inf too). None
+    where a step transfers a drawn MASK (the release cannot finish, docs/METHODS.md §1.11)."""
+    n, P = model.cfg.block_size, prompt.shape[0]
+    num_blocks = (P + gen_len + n - 1) // n  # gen 79-81
+    x = torch.full((num_blocks * n,), MASK_ID, dtype=torch.long)  # gen 89-91
+    x[:P] = prompt
+    counts = [n // steps + (1 if i < n % steps else 0) for i in range(steps)]  # gen 49-54, 108-109
+    out, prompt_rewritten = [], False
+    for b in range(P // n, num_blocks):  # gen 92, 112
+        lo, hi = b * n, (b + 1) * n
+        cur = x[lo:hi].clone()  # gen 113
+        for step in range(steps + 1):  # gen 119
+            mask_index = cur == MASK_ID  # gen 120
+            if not mask_index.any():  # gen 121-129: the store_kv forward
+                break
+            logits = model(torch.cat([x[:lo], cur])[None])[0, lo:hi]  # gen 132-137 over the cache
+            x0 = logits.argmax(-1)  # gen 37-43: top_k 1 leaves one token, multinomial draws it
+            x0_p = torch.ones(n, dtype=torch.float64)  # gen 41, 44: its probability, 1.0
+            confidence = torch.where(mask_index, x0_p, -torch.inf)  # gen 161, 169
+            transfer = torch.zeros(n, dtype=torch.bool)  # gen 162, 170
+            k = counts[step]
+            if remasking == "low_confidence_static":
+                transfer[torch.topk(confidence, k).indices] = True  # gen 164-166
+            elif int((confidence > threshold).sum()) >= k:  # gen 172-174
+                transfer = confidence > threshold  # gen 175
+            else:
+                transfer[torch.topk(confidence, k).indices] = True  # gen 177-179
+            if not released:
+                transfer &= mask_index
+            if bool((transfer & (x0 == MASK_ID)).any()):
+                return None  # a drawn MASK stays masked; past its schedule gen 165/174 index out
+            changed = transfer & (cur != x0)
+            prompt_rewritten |= bool(changed[:max(P - lo, 0)].any())
+            cur[transfer] = x0[transfer]  # gen 196
+            out.append(([[lo, hi]], [(lo + int(j), int(cur[j])) for j in changed.nonzero()[:, 0]]))
+        x[lo:hi] = cur  # gen 198
+    return out, prompt_rewritten, x[P:P + gen_len]
+
+
+@pytest.mark.parametrize("rule", ["paper", "released"])
+@pytest.mark.parametrize("remasking", ["low_confidence_static", "low_confidence_dynamic"])
+def test_sdar_generate_ranks_the_whole_block_as_the_release_does(rule, remasking):
+    """At generate.py's greedy setting every confidence is 1.0, so which masks a step takes is
+    torch.topk's order among equal values over the vector it ranks: the release ranks the block's
+    n rows, its prompt rows at -inf (gen 161-179). Before issue 40 dlmpipe ranked the response
+    rows only, which orders ties differently once a prompt ends inside a block (P 5, block 4, 4
+    steps: the release takes position 6 first, dlmpipe took 5), and under ``released`` picked
+    other decoded rows to rewrite. Compared step by step over prompts ending inside a block and
+    on its boundary; decodes where the release overwrites a prompt row are left out under
+    ``released`` (dlmpipe keeps the prompt, docs/METHODS.md §1.11)."""
+    compared = skipped = 0
+    for n in (4, 8):
+        for seed in (0, 1):
+            model = with_block(tiny_backbone("sdar", seed=seed, n_layers=2, stop_ids=[]), n)
+            for p_len in (3, 4, 5, 8, 11):
+                prompt = random_prompt(p_len, seed)
+                for steps in sorted({n, n // 2, 3}):
+                    release = sdar_generate_release(
+                        model, prompt, 16, steps=steps, remasking=remasking, threshold=0.85,
+                        released=rule == "released")
+                    if release is None:
+                        continue
+                    ref, rewrote, final = release
+                    if rewrote:
+                        skipped += 1
+                        continue
+                    spec = {"name": "sdar", "steps": steps, "remasking": remasking,
+                            "confidence_threshold": 0.85, "temperature": 1.0, "top_k": 1,
+                            "rule": rule}
+                    res, records = traced(model, spec, {"name": "none"}, prompt, 16, seed)
+                    got = [(r["rows"], [(c["pos"], c["token"]) for c in r["committed"]])
+                           for r in records if r["kind"] == "step"]
+                    assert got == ref, (n, seed, p_len, steps)
+                    assert torch.equal(res.response, final)
+                    compared += 1
+    assert compared >= 40 and (skipped > 0) == (rule == "released"), (compared, skipped)
+
+
 # ---- dInfer on LLaDA2.0 ---------------------------------------------------------------------
 def dinfer_block_release(model, prompt, gen_len, *, threshold, low_threshold):
     """gu ``BlockDiffusionLLM.generate`` (lines 929-955) with block_length the model's block

@@ -21,11 +21,14 @@ The block ends when it has no masks. ``rule: evaluation`` is the release's OpenC
 (``evaluation/opencompass/opencompass/models/huggingface_bd3.py``): the token is drawn as above
 but its confidence is its probability under the *unfiltered* ``softmax(logits / temperature)``
 (lines 74-75, 90), only masked positions are transferred (line 233), and temperature must be
-positive (line 73). ``rule: released``: the release's ``topk`` runs over every
-position with visible ones at -inf, so once k_s exceeds the masks left it also rewrites decoded
-positions with their current draw; the default (the paper's rule) transfers masked positions
-only. The release's ``entropy_bounded`` cannot run (it sums the chosen tokens' p log p over the
-block and never initialises its selection), so the registry refuses it with ``released``.
+positive (line 73). Both loops rank the whole block, its prompt rows and visible positions at
+-inf, and so does this sampler (torch.topk's order among equal confidences depends on the vector
+ranked). ``rule: released``: the release's ``topk`` also picks visible positions once k_s
+exceeds the masks left, and rewrites them with their current draw; the default (the paper's
+rule) transfers masked positions only. The release rewrites a picked prompt row too; here the
+prompt is kept under every rule (docs/METHODS.md §1.11). The release's ``entropy_bounded``
+cannot run (it sums the chosen tokens' p log p over the block and never initialises its
+selection), so the registry refuses it with ``released``.
 """
 from __future__ import annotations
 
@@ -106,16 +109,16 @@ class SDARSampler(Sampler):
         response = x[self.prompt_len:]
         masked = response == self.mask_id
         probs = filtered_probs(logits, self.temperature, self.top_k, self.top_p)
-        if self.evaluation:  # huggingface_bd3.py: the token's probability before top-k/top-p
-            plain = filtered_probs(logits, self.temperature, None, 1.0)
-            tokens = draw(probs, self.temperature, self.generator, self.mask_id, plain)
-            confidence = plain.gather(-1, tokens[:, None])[:, 0]
-        else:
-            tokens = draw(probs, self.temperature, self.generator, self.mask_id)
-            confidence = probs.gather(-1, tokens[:, None])[:, 0]
+        # the unfiltered distribution: the evaluation rule's confidence, and where a row draws
+        # MASK its most probable other token (a top-k of 1 leaves MASK alone in ``probs``)
+        plain = (filtered_probs(logits, self.temperature, None, 1.0)
+                 if self.top_k or self.top_p < 1.0 else probs)
+        tokens = draw(probs, self.temperature, self.generator, self.mask_id, plain)
+        # huggingface_bd3.py: the token's probability before top-k/top-p; generate.py: after
+        confidence = (plain if self.evaluation else probs).gather(-1, tokens[:, None])[:, 0]
         self.last_confidence = (0, confidence)
         k = self.schedule[self.block_step] if self.block_step < len(self.schedule) else 1
-        transfer = self._transfer(masked, confidence, probs, min(k, response.numel()))
+        transfer = self._transfer(masked, confidence, probs, min(k, x.shape[0]))
         if not self.released:
             transfer &= masked
         response[transfer] = tokens[transfer]
@@ -140,7 +143,13 @@ class SDARSampler(Sampler):
             chosen[order] = torch.arange(order.numel(), device=order.device) < n
             return chosen
         scored = confidence.masked_fill(~masked, float("-inf"))
-        chosen[torch.topk(scored, k).indices] = True
+        # the release ranks the whole block, its prompt rows at -inf (generate.py lines 164-165,
+        # 177-178; huggingface_bd3.py 249, 258): topk's order among equal confidences (top_k 1's
+        # 1.0 everywhere, the -inf rows once k_s exceeds the masks left) depends on that vector,
+        # so the same one is ranked here; prompt rows picked are kept (the module docstring)
+        p = self.prompt_len
+        top = torch.topk(torch.cat([scored.new_full((p,), float("-inf")), scored]), k).indices - p
+        chosen[top[top >= 0]] = True
         if self.remasking == "low_confidence_dynamic":
             high = scored > self.threshold
             chosen = torch.where(high.sum() >= k, high, chosen)
