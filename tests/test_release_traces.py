@@ -141,6 +141,103 @@ def test_fast_dllm_v2_block_cache_refreshes_on_the_sub_block_first_position(p_le
     assert cached  # the cached path is taken
 
 
+def release_block_cache_full(model, x, lo: int, hi: int):
+    """modeling's forward of the whole block with ``use_block_cache=True`` and no block cache
+    (gf 103): its K/V stored in a fresh block cache (modeling 466-467, 210-213), the prefix's K/V
+    before them (modeling 226-230), every key up to the block's end (``eval_mask``, modeling
+    88-93, 495). Returns the block rows' raw logits, the prefix's and the block's K/V per layer."""
+    positions = torch.arange(hi)
+    rope, mask = model.rope(positions), model.attention_mask(positions, positions)
+    h = model.embed(x[None, :hi])
+    prefix, block = [], []
+    for i in range(model.cfg.n_layers):
+        q, k, v = model.qkv(i, h, rope)
+        prefix.append((k[:, :, :lo], v[:, :, :lo]))
+        block.append((k[:, :, lo:].clone(), v[:, :, lo:].clone()))
+        h = h + model.attn_output(i, model.attend(q, k, v, mask))
+        h = h + model.ffn(i, h)
+    return model.logits(h)[0, lo:], prefix, block
+
+
+def release_block_cache_cached(model, x, start: int, end: int, lo: int, prefix, block):
+    """modeling's forward of the sub-block's rows ``x_t[:, start:end]`` given the block cache (gf
+    108, ``replace_position`` the sub-block's offset): positions from the prefix's length plus
+    that offset (modeling 477-479), their K/V written over the block cache's rows in place
+    (modeling 215-219), attending to the prefix's K/V and the whole block cache without a mask
+    (modeling 492-493)."""
+    rope = model.rope(torch.arange(start, end))
+    h = model.embed(x[None, start:end])
+    for i in range(model.cfg.n_layers):
+        q, k, v = model.qkv(i, h, rope)
+        bk, bv = block[i]
+        bk[:, :, start - lo:end - lo] = k
+        bv[:, :, start - lo:end - lo] = v
+        keys, values = torch.cat([prefix[i][0], bk], 2), torch.cat([prefix[i][1], bv], 2)
+        h = h + model.attn_output(i, model.attend(q, keys, values))
+        h = h + model.ffn(i, h)
+    return model.logits(h)[0]
+
+
+def fast_dllm_v2_block_cache_release(model, prompt, gen_len, *, sub, threshold):
+    """gf ``batch_sample`` with ``use_block_cache=True`` at temperature 0, batch 1: per step the
+    rows its forward computed and the (position, token) pairs it unmasked."""
+    n, P = model.cfg.block_size, prompt.shape[0]
+    x = prompt.clone()
+    if P > n and P % n == 0:  # gf 36-46: prefill, the next token greedy
+        x = torch.cat([x, model(x[None])[0, -1:].argmax(-1)])
+    steps = []
+    for b in range(P // n, gen_len // n + P // n):  # gf 33, 58
+        lo, hi = b * n, (b + 1) * n
+        x = torch.cat([x, torch.full((hi - x.shape[0],), MASK_ID, dtype=torch.long)])  # gf 62
+        block = None  # gf 71: block_past_key_values reset per block
+        for k in range(n // sub):  # gf 90-95
+            start, end = lo + k * sub, lo + (k + 1) * sub
+            while (x[start:end] == MASK_ID).any():  # gf 96-99
+                if block is None or x[start] == MASK_ID:  # gf 102
+                    raw, prefix, block = release_block_cache_full(model, x, lo, hi)  # gf 103-104
+                    logits = torch.cat([raw[:1], raw[:-1]])[start - lo:end - lo]  # gf 105-106
+                    rows = [[lo, hi]]
+                else:
+                    raw = release_block_cache_cached(model, x, start, end, lo, prefix, block)  # gf 108
+                    logits = torch.cat([raw[:1], raw[:-1]])  # gf 109: `start` served by its own row
+                    rows = [[start, end]]
+                p_1t = torch.softmax(logits.double(), -1)  # modeling 766-769 (temperature 0)
+                x_1 = p_1t.argmax(-1)
+                masked = x[start:end] == MASK_ID
+                x1_p = p_1t.gather(-1, x_1[:, None])[:, 0].masked_fill(~masked, float("-inf"))  # gf 115-116
+                unmask = x1_p > threshold  # gf 118
+                unmask[x1_p.argmax()] = True  # gf 119-120
+                unmask &= masked  # gf 121
+                x[start:end][unmask] = x_1[unmask]  # gf 123
+                steps.append((rows, [(start + int(i), int(x_1[i])) for i in unmask.nonzero()[:, 0]]))
+        x = torch.cat([x, model(x[None])[0, -1:].argmax(-1)])  # gf 81-85: the next block's token
+    return steps
+
+
+@pytest.mark.parametrize("p_len", [5, 13, 16, 21])
+@pytest.mark.parametrize("threshold", [0.3, 0.9])
+def test_fast_dllm_v2_block_cache_is_the_release_step_by_step(p_len, threshold):
+    """The block + sub-block cache's tokens, not only its rows: each cached forward computes the
+    sub-block's rows from its first position over the prefix and the block's K/V of the last
+    full forward, no mask, and the release's shift of those rows (gf 108-109), step by step.
+    Sub-blocks start on a prompt row (P = 5: rows 4-7; 13: 12-15; 21: 20-23) or on the previous
+    block's next token (P = 16 prefilled, and every later block). Checked against the release's
+    own code (batch_sample with the hub modeling file on tiny checkpoints in its format, issue
+    40): every forward's rows and commits equal."""
+    cached = 0
+    for seed in (0, 1):
+        model = tiny_backbone("fast_dllm_v2", seed=seed, n_layers=3, stop_ids=[])
+        prompt = random_prompt(p_len, seed)
+        ref = fast_dllm_v2_block_cache_release(model, prompt, 24, sub=4, threshold=threshold)
+        _, records = traced(model, {"name": "fast_dllm_v2", "sub_block_length": 4,
+                                    "threshold": threshold}, {"name": "fast_dllm_v2"}, prompt, 24)
+        got = [(r["rows"], [(c["pos"], c["token"]) for c in r["committed"]])
+               for r in records if r["kind"] == "step"]
+        assert got[:len(ref)] == ref, (seed, p_len, threshold)  # (dlmpipe: one more block, gf 33)
+        cached += sum(r[0][0][1] - r[0][0][0] < model.cfg.block_size for r in ref)
+    assert cached  # the cached path is taken
+
+
 # ---- SDAR's evaluation loop -----------------------------------------------------------------
 def sdar_evaluation_release(model, prompt, gen_len, *, steps, threshold, temperature, top_k):
     """bd3 ``block_diffusion_generate`` (lines 111-272) at top_p 1, batch 1: the steps it takes
