@@ -9,26 +9,27 @@ def v2_cases() -> list[dict]:
     """Fast-dLLM v2 batch_sample: prompt lengths around the 16-row block (16: exactly one block)."""
     out = [dict(ckpt=f"v2_s{seed}", seed=seed, P=P, sub=sub, thr=thr, block_cache=bc, G=32)
            for seed, P, sub, thr, bc in itertools.product(
-               (0, 1), (5, 16, 21, 32), (4, 8), (0.3, 0.9), (True, False))]
-    out += [dict(ckpt=f"v2_s{seed}_stop", seed=seed, P=P, sub=4, thr=0.3, block_cache=bc, G=48)
-            for seed, P, bc in itertools.product((0, 1), (5, 21), (True, False))]
+               (0, 1, 2, 3), (5, 9, 16, 21, 24, 32), (4, 8), (0.3, 0.9, 1.0), (True, False))]
+    out += [dict(ckpt=f"v2_s{seed}_stop", seed=seed, P=P, sub=4, thr=thr, block_cache=bc, G=48)
+            for seed, P, thr, bc in itertools.product((0, 1, 2, 3), (5, 21, 24), (0.3, 0.9),
+                                                      (True, False))]
     return out
 
 
 def sdar_cases() -> list[dict]:
     """SDAR generate.py (remasking, sampling) and the OpenCompass evaluation loop (threshold; its
     steps divide the block: get_num_transfer_tokens)."""
-    sampling = [(1.0, 1, 1.0), (1.0, 0, 0.8)]  # top_k 1: generate.py's greedy
+    sampling = [(1.0, 1, 1.0), (1.0, 0, 0.8), (0.7, 4, 1.0)]  # top_k 1: generate.py's greedy
     out = []
-    for block, steps in ((4, 2), (8, 3)):
+    for (block, steps), seed in itertools.product(((4, 2), (8, 3)), (0, 1)):
         gen = {4: 16, 8: 24}[block]
         for (rem, thr), (T, k, p), P in itertools.product(
                 [("low_confidence_static", 0.85), ("low_confidence_dynamic", 0.5),
-                 ("sequential", 0.85)], sampling, (3, 5, 11, 16)):
-            out.append(dict(loop="generate", block=block, seed=0, steps=steps, remasking=rem,
+                 ("sequential", 0.85)], sampling, (3, 5, 8, 11, 16)):
+            out.append(dict(loop="generate", block=block, seed=seed, steps=steps, remasking=rem,
                             threshold=thr, T=T, top_k=k, top_p=p, P=P, gen=gen))
-        for thr, (T, k, p), P in itertools.product((0.95, 0.5), sampling, (3, 5, 11, 16)):
-            out.append(dict(loop="evaluation", block=block, seed=0, steps=block // 2,
+        for thr, (T, k, p), P in itertools.product((0.95, 0.5), sampling, (3, 5, 8, 11, 16)):
+            out.append(dict(loop="evaluation", block=block, seed=seed, steps=block // 2,
                             remasking="low_confidence", threshold=thr, T=T, top_k=k, top_p=p,
                             P=P, gen=gen))
     return out
@@ -39,14 +40,16 @@ def dinfer_cases() -> list[dict]:
     without warm-up; dlmpipe's rule paper and released) and LLaDA2.0 (prefix, attnmask)."""
     decoders = [{"decoder": "threshold", "threshold": 0.9},
                 {"decoder": "hierarchy", "threshold": 0.8, "low_threshold": 0.5},
-                {"decoder": "credit", "threshold": 0.9}]
+                {"decoder": "credit", "threshold": 0.9}, {"decoder": "credit", "threshold": 0.6}]
     vic = lambda w, **kw: {"cache": "vicinity", "prefix_look": 2, "after_look": 3, "warmup": w, **kw}
     caches = {"llada_moe": [{"cache": "none"}, {"cache": "dual"}, {"cache": "prefix"}, vic(0),
-                            vic(2), vic(2, rule="released")],
+                            vic(2), vic(2, rule="released"),
+                            {**vic(4, rule="released"), "prefix_look": 16, "after_look": 16},
+                            {**vic(4), "prefix_look": 16, "after_look": 16}],
               "llada2": [{"cache": "prefix"}, {"cache": "attnmask"}]}
-    return [{"family": fam, **d, **c, "P": P, "n": n, "G": 2 * n, "mseed": 0, "pseed": 0}
+    return [{"family": fam, **d, **c, "P": P, "n": n, "G": 2 * n, "mseed": s, "pseed": s}
             for fam in ("llada_moe", "llada2") for d in decoders for c in caches[fam]
-            for n in (8, 16) for P in (5, 16, 22)]
+            for n in (8, 16) for P in (5, 8, 16, 21, 22) for s in (0, 1)]
 
 
 CASES = {"fast_dllm_v2": v2_cases, "sdar": sdar_cases, "dinfer": dinfer_cases}

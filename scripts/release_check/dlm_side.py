@@ -61,9 +61,8 @@ def dinfer_methods(c):
     cache = {"none": {"name": "none"}, "attnmask": {"name": "none"}, "dual": vic(0, 0, 0),
              "prefix": vic(0, 10**6, 0) if c["family"] == "llada_moe" else {"name": "none"},
              }.get(c["cache"]) or vic(c["prefix_look"], c["after_look"], c["warmup"])
-    rules = [c["rule"]] if c.get("rule") else []
     if c["cache"] == "vicinity":
-        cache["rule"] = rules[0] if rules else "paper"
+        cache["rule"] = c.get("rule", "paper")
     return {"": {"sampler": s, "cache": cache}}
 
 
