@@ -1,6 +1,6 @@
 # The two commands of README.md. `make campaign` sets up .venv and runs the default campaign;
 # `make test` sets up .venv and runs the test suite. Extra Snakemake flags: make campaign ARGS="..."
-.PHONY: setup campaign test report device-check
+.PHONY: setup campaign test report device-check release-check
 CORES ?= all
 
 setup:
@@ -27,3 +27,9 @@ test: setup
 # without a GPU it runs the CPU-sized version of each part.
 device-check: setup
 	.venv/bin/python benchmarks/device_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
+
+# The independent release checks (docs/METHODS.md, "The decode trace"): the releases' own code from
+# the checkouts under RELEASES, run by RELEASE_PYTHON (a release venv), against dlmpipe.
+# make release-check RELEASE_PYTHON=... RELEASES=... [WHICH=fast_dllm_v2|sdar|dinfer]
+release-check: setup
+	bash scripts/release_check/run.sh $(RELEASE_PYTHON) $(RELEASES) $(or $(WHICH),all)
