@@ -10,7 +10,7 @@ as that script builds them:
 Records every forward (rows computed) and every decoder.decode call (positions committed): a
 forward followed by a decode over masks is a "step", over a block without masks "idle", a
 forward without one "forward". Release venv, PYTHONPATH with the vLLM stand-in
-(/work/shared/releases/make_vllm_stub.py OUT).
+(../shared/releases/make_vllm_stub.py OUT).
 Usage: python -m scripts.release_check.release_dinfer DINFER_CHECKOUT CKPTS DTYPE OUT.json"""
 from __future__ import annotations
 

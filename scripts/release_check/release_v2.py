@@ -4,7 +4,7 @@ AutoModelForCausalLM(trust_remote_code=True) loads from each tiny checkpoint (th
 modeling.py beside it). Records each forward (an instance-level wrapper around model.forward,
 which batch_sample calls as self.forward): rows computed, kind, and what it committed (the x
 tensor its input is a view of, before it and before the next forward). Release venv, with
-/work/shared/releases/stubs (sitecustomize.py) on PYTHONPATH.
+../shared/releases/stubs (sitecustomize.py) on PYTHONPATH.
 Usage: python -m scripts.release_check.release_v2 GENERATION_FUNCTIONS.py CKPTS DTYPE OUT.json"""
 from __future__ import annotations
 

@@ -7,14 +7,14 @@
 # Satgoy152+DualDiffusion, ydshi0+Fast-dLLM). Overrides: FAST_DLLM_GF (generation_functions.py at
 # upstream 8292f3c; default RELEASES_DIR/ydshi0+Fast-dLLM/v2/generation_functions.py), V2_HUB (the
 # folder with the hub's modeling.py and configuration.py), STUBS (the stand-ins' folder),
-# VLLM_STUB_MAKER (make_vllm_stub.py). OUT (default results/release_check): checkpoints, runs, tables.
+# VLLM_STUB_MAKER (make_vllm_stub.py), SHARED_RELEASES (default ../shared/releases). OUT (default results/release_check): checkpoints, runs, tables.
 set -euo pipefail
 [[ $# -ge 2 ]] || { sed -n 2,10p "$0"; exit 2; }
 RPY=$1 REL=$(realpath "$2") WHICH=${3:-all}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=$(mkdir -p "${4:-$REPO/results/release_check}" && realpath "${4:-$REPO/results/release_check}")
 PY=${MAIN_PYTHON:-$REPO/.venv/bin/python}
-SHARED=/work/shared/releases
+SHARED=${SHARED_RELEASES:-$REPO/../shared/releases}  # the stand-ins beside the checkout
 STUBS=${STUBS:-$SHARED/stubs}
 FAST_DLLM_GF=${FAST_DLLM_GF:-$REL/ydshi0+Fast-dLLM/v2/generation_functions.py}
 V2_HUB=${V2_HUB:-$REL/Satgoy152+DualDiffusion/FastDLLM_inferencing/Fast_dLLM_v2_7B}
@@ -23,7 +23,7 @@ cd "$REPO"
 main() { PYTHONPATH=$REPO nice -n 10 "$PY" -m "scripts.release_check.$@"; }
 release() { local path=$1; shift; PYTHONPATH=$REPO:$path nice -n 10 "$RPY" -m "scripts.release_check.$@"; }
 
-# the stand-ins, as /work/shared/releases/README.md says: flash_attn and sitecustomize.py on the
+# the stand-ins, as ../shared/releases/README.md says: flash_attn and sitecustomize.py on the
 # path, triton only while SDAR's remote code is imported, the vLLM stand-in for dInfer
 mkdir -p "$OUT/stubs/path" "$OUT/stubs/triton"
 ln -sfn "$STUBS/flash_attn" "$OUT/stubs/path/flash_attn"
