@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from dlmpipe.campaign import Campaign, ConfigError
+from dlmpipe.campaign import Campaign
 from dlmpipe.decode import decode
 from dlmpipe.methods import build_method
 from dlmpipe.trace import DecodeTrace
@@ -21,18 +21,11 @@ from dlmpipe.trace import DecodeTrace
 from .checkpoints import make_tiny_checkpoint, moe_checkpoint
 from .models import BLOCK_FAMILIES, TINY_BLOCK, random_prompt, tiny_backbone
 from .test_block_causal import decode_full_sequence
+from .test_plan_checks import problems
 from .workflow import REPORT_JOBS, decoding_jobs, fake_finished_run, scheduled, timing_jobs
 
 #: a block size other than each tiny family's own (TINY_BLOCK: sdar 4, fast_dllm_v2 8, llada2 8)
 OTHER = {"sdar": 8, "fast_dllm_v2": 4, "llada2": 4}
-
-
-def problems(config: dict) -> list[str]:
-    try:
-        Campaign(copy.deepcopy(config))
-    except ConfigError as e:
-        return e.problems
-    return []
 
 
 # ---- the model: the block-causal attention at another size ------------------------------------

@@ -4,7 +4,6 @@ benchmark's format is planned at its own size; a missing file or a bad option is
 problem naming the key."""
 from __future__ import annotations
 
-import copy
 import json
 import re
 
@@ -12,23 +11,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dlmpipe.campaign import Campaign, ConfigError
 from dlmpipe.scoring.code import Settings
 from dlmpipe.scoring.score import score_sample
 from dlmpipe.tasks.registry import load_task, prompt_chars, task_rows
 
+from .test_plan_checks import problems
 from .workflow import REPO
 
 ROWS = [{"qid": "q-7", "question": "What is 2 + 3?", "answer": "5"},
         {"qid": "q-9", "question": "What is 10 - 4?", "answer": "6"}]
-
-
-def problems(config: dict) -> list[str]:
-    try:
-        Campaign(copy.deepcopy(config))
-    except ConfigError as e:
-        return e.problems
-    return []
 
 
 def docs_example() -> str:

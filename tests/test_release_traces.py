@@ -47,37 +47,6 @@ def with_block(model, n: int):
 
 
 # ---- Fast-dLLM v2 -------------------------------------------------------------------------
-def fast_dllm_v2_release(model, prompt, gen_len, *, sub, threshold, top_p=0.95):
-    """gf ``batch_sample`` at temperature 0 (its default, gf line 31), batch 1, without the
-    block cache: the steps it takes."""
-    n, P = model.cfg.block_size, prompt.shape[0]
-    x = prompt.clone()
-    if P > n and P % n == 0:  # gf 36-46: prefill, the next token greedy
-        x = torch.cat([x, model(x[None])[0, -1:].argmax(-1)])
-    steps = []
-    for b in range(P // n, gen_len // n + P // n):  # gf 33, 58
-        lo, hi = b * n, (b + 1) * n
-        x = torch.cat([x, torch.full((hi - x.shape[0],), MASK_ID, dtype=torch.long)])  # gf 62
-        for k in range(n // sub):  # gf 90-95
-            start, end = lo + k * sub, lo + (k + 1) * sub
-            while (x[start:end] == MASK_ID).any():  # gf 96-99
-                raw = model(x[None, :hi])[0]
-                logits = torch.cat([raw[:1], raw[:-1]])[start:end]  # gf 111-113
-                # modeling 763-769: at temperature 0 the plain softmax and its argmax (top_p unused)
-                p_1t = torch.softmax(logits.double(), -1)
-                x_1 = p_1t.argmax(-1)
-                masked = x[start:end] == MASK_ID
-                x1_p = p_1t.gather(-1, x_1[:, None])[:, 0].masked_fill(~masked, float("-inf"))  # gf 115-116
-                unmask = x1_p > threshold  # gf 118
-                unmask[x1_p.argmax()] = True  # gf 119-120
-                unmask &= masked  # gf 121
-                x[start:end][unmask] = x_1[unmask]  # gf 123
-                steps.append(((start, end), [(start + int(i), int(x_1[i]))
-                                             for i in unmask.nonzero()[:, 0]]))
-        x = torch.cat([x, model(x[None])[0, -1:].argmax(-1)])  # gf 81-85: the next block's token
-    return steps
-
-
 @pytest.mark.parametrize("p_len", [5, 16, 21])
 def test_fast_dllm_v2_at_temperature_0_with_the_default_top_p_is_the_release_step_by_step(p_len):
     """The registry's default top_p 0.95 is unused at temperature 0, as in the release: the
@@ -87,7 +56,8 @@ def test_fast_dllm_v2_at_temperature_0_with_the_default_top_p_is_the_release_ste
     for seed in (0, 1, 2):
         model = tiny_backbone("fast_dllm_v2", seed=seed, n_layers=3, stop_ids=[])
         prompt = random_prompt(p_len, seed)
-        ref = fast_dllm_v2_release(model, prompt, 24, sub=4, threshold=0.3)
+        steps, _ = fast_dllm_v2_release(model, prompt, 24, sub=4, threshold=0.3)
+        ref = [(sub_block, committed) for sub_block, _, committed in steps]
         _, records = traced(model, {"name": "fast_dllm_v2", "sub_block_length": 4,
                                     "threshold": 0.3}, {"name": "none"}, prompt, 24)
         got = steps_of(records)
@@ -178,9 +148,10 @@ def release_block_cache_cached(model, x, start: int, end: int, lo: int, prefix, 
     return model.logits(h)[0]
 
 
-def fast_dllm_v2_block_cache_release(model, prompt, gen_len, *, sub, threshold):
-    """gf ``batch_sample`` with ``use_block_cache=True`` at temperature 0, batch 1: per step the
-    rows its forward computed and the (position, token) pairs it unmasked."""
+def fast_dllm_v2_release(model, prompt, gen_len, *, sub, threshold, use_block_cache=False):
+    """gf ``batch_sample`` at temperature 0 (its default, gf line 31), batch 1, with or without
+    its block cache: per step the sub-block, the rows its forward computed and the (position,
+    token) pairs it unmasked; and the response."""
     n, P = model.cfg.block_size, prompt.shape[0]
     x = prompt.clone()
     if P > n and P % n == 0:  # gf 36-46: prefill, the next token greedy
@@ -193,7 +164,11 @@ def fast_dllm_v2_block_cache_release(model, prompt, gen_len, *, sub, threshold):
         for k in range(n // sub):  # gf 90-95
             start, end = lo + k * sub, lo + (k + 1) * sub
             while (x[start:end] == MASK_ID).any():  # gf 96-99
-                if block is None or x[start] == MASK_ID:  # gf 102
+                if not use_block_cache:  # gf 111-113: the whole sequence over the prefix
+                    raw = model(x[None, :hi])[0]
+                    logits = torch.cat([raw[:1], raw[:-1]])[start:end]
+                    rows = [[0, hi]]
+                elif block is None or x[start] == MASK_ID:  # gf 102
                     raw, prefix, block = release_block_cache_full(model, x, lo, hi)  # gf 103-104
                     logits = torch.cat([raw[:1], raw[:-1]])[start - lo:end - lo]  # gf 105-106
                     rows = [[lo, hi]]
@@ -201,7 +176,8 @@ def fast_dllm_v2_block_cache_release(model, prompt, gen_len, *, sub, threshold):
                     raw = release_block_cache_cached(model, x, start, end, lo, prefix, block)  # gf 108
                     logits = torch.cat([raw[:1], raw[:-1]])  # gf 109: `start` served by its own row
                     rows = [[start, end]]
-                p_1t = torch.softmax(logits.double(), -1)  # modeling 766-769 (temperature 0)
+                # modeling 763-769: at temperature 0 the plain softmax and its argmax (top_p unused)
+                p_1t = torch.softmax(logits.double(), -1)
                 x_1 = p_1t.argmax(-1)
                 masked = x[start:end] == MASK_ID
                 x1_p = p_1t.gather(-1, x_1[:, None])[:, 0].masked_fill(~masked, float("-inf"))  # gf 115-116
@@ -209,9 +185,10 @@ def fast_dllm_v2_block_cache_release(model, prompt, gen_len, *, sub, threshold):
                 unmask[x1_p.argmax()] = True  # gf 119-120
                 unmask &= masked  # gf 121
                 x[start:end][unmask] = x_1[unmask]  # gf 123
-                steps.append((rows, [(start + int(i), int(x_1[i])) for i in unmask.nonzero()[:, 0]]))
+                steps.append(((start, end), rows,
+                              [(start + int(i), int(x_1[i])) for i in unmask.nonzero()[:, 0]]))
         x = torch.cat([x, model(x[None])[0, -1:].argmax(-1)])  # gf 81-85: the next block's token
-    return steps
+    return steps, x[P:]
 
 
 @pytest.mark.parametrize("p_len", [5, 13, 16, 21])
@@ -228,7 +205,9 @@ def test_fast_dllm_v2_block_cache_is_the_release_step_by_step(p_len, threshold):
     for seed in (0, 1):
         model = tiny_backbone("fast_dllm_v2", seed=seed, n_layers=3, stop_ids=[])
         prompt = random_prompt(p_len, seed)
-        ref = fast_dllm_v2_block_cache_release(model, prompt, 24, sub=4, threshold=threshold)
+        steps, _ = fast_dllm_v2_release(model, prompt, 24, sub=4, threshold=threshold,
+                                        use_block_cache=True)
+        ref = [(rows, committed) for _, rows, committed in steps]
         _, records = traced(model, {"name": "fast_dllm_v2", "sub_block_length": 4,
                                     "threshold": threshold}, {"name": "fast_dllm_v2"}, prompt, 24)
         got = [(r["rows"], [(c["pos"], c["token"]) for c in r["committed"]])

@@ -20,38 +20,35 @@ SDAR_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>"
 CHARS = ["\n"] + [chr(c) for c in range(32, 127)]
 
 
-def build_tokenizer(out_dir: Path):
-    """Character-level fast tokenizer with LLaDA's special tokens, saved in HF format."""
+def _char_tokenizer(out_dir: Path, specials: list[str], **special_tokens):
+    """A character-level fast tokenizer: ``specials`` then CHARS then ``<unk>``, saved in HF
+    format (tokenizer.json) with ``special_tokens`` naming its roles."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
+    vocab = {tok: i for i, tok in enumerate(specials + CHARS)}
     vocab["<unk>"] = len(vocab)
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<|startoftext|>", eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>", mask_token="<|mdm_mask|>", unk_token="<unk>",
-        additional_special_tokens=SPECIAL_TOKENS[3:])
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", **special_tokens)
     tok.save_pretrained(str(out_dir))
     return tok
+
+
+def build_tokenizer(out_dir: Path):
+    """Character-level fast tokenizer with LLaDA's special tokens, saved in HF format."""
+    return _char_tokenizer(
+        out_dir, SPECIAL_TOKENS, bos_token="<|startoftext|>", eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>", mask_token="<|mdm_mask|>",
+        additional_special_tokens=SPECIAL_TOKENS[3:])
 
 
 def build_sdar_tokenizer(out_dir: Path):
     """Character-level fast tokenizer with SDAR's special tokens (mask ``<|MASK|>``, stops
     ``<|endoftext|>`` and ``<|im_end|>``), saved in HF format (tokenizer.json)."""
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SDAR_SPECIAL_TOKENS + CHARS)}
-    vocab["<unk>"] = len(vocab)
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-        mask_token="<|MASK|>", unk_token="<unk>", additional_special_tokens=SDAR_SPECIAL_TOKENS[1:3])
-    tok.save_pretrained(str(out_dir))
-    return tok
+    return _char_tokenizer(
+        out_dir, SDAR_SPECIAL_TOKENS, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+        mask_token="<|MASK|>", additional_special_tokens=SDAR_SPECIAL_TOKENS[1:3])
 
 
 def sdar_config_json(cfg: BackboneConfig, tok) -> dict:
