@@ -79,3 +79,16 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
 def read_rows(path: str | Path) -> list[dict]:
     """A parquet file's rows as dicts (a task table: ``tasks.read_task_table``'s rows)."""
     return read_table(path).to_pylist()
+
+
+#: a task table's metadata key recording the dataset ids it was read from, with their commits
+#: (dlmpipe/tasks/registry.py, ``dataset_sources``)
+SOURCES_KEY = "dlmpipe.sources"
+
+
+def task_sources(path: str | Path) -> dict | None:
+    """The dataset ids a task table was read from, with their commits (None: local files)."""
+    import json
+
+    raw = (pq.ParquetFile(path).schema_arrow.metadata or {}).get(SOURCES_KEY.encode())
+    return json.loads(raw) if raw else None

@@ -23,7 +23,7 @@ class ConfigError(ValueError):
     """An invalid campaign; every line names the offending key."""
 
     def __init__(self, problems: list[str], source: str = "config"):
-        self.problems = problems
+        self.problems, self.source = problems, source
         super().__init__(f"invalid {source}:\n" + "\n".join(f"  {p}" for p in problems))
 
 

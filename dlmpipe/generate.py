@@ -142,11 +142,17 @@ def measurements(prompt_len: int, generated: int, res: DecodeResult) -> dict:
 
 
 def provenance_record(seed: int, config_hash: str, manifest: dict, method: dict, device: torch.device,
-                      compile: str = "none") -> dict:
+                      compile: str = "none", task_sources: dict | None = None) -> dict:
+    """What a generation's provenance file says; a Hub checkpoint's repository, revision and
+    commit (``backbone_hub``, from its manifest) and the commits of the dataset ids its task
+    was read from (``task_sources``, from the task's table) where there are any."""
+    hub = manifest.get("hub")
     return {**provenance_versions(), "environment": environment(device),
             "config_hash": config_hash, "seed": seed, "device": device_name(device),
             "compile": compile, "host": socket.gethostname(), "backbone": manifest["name"],
             "backbone_fingerprint": manifest.get("fingerprint"), "method": method,
+            **({"backbone_hub": {k: hub[k] for k in ("repo", "revision", "commit")}} if hub else {}),
+            **({"task_sources": task_sources} if task_sources else {}),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
@@ -266,6 +272,8 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
     man = read_manifest(manifest)
     method = bind_job_method(method, man)
     dev = resolve_device(device)
+    # a batch size the compile mode refuses stops the job before it writes or loads anything
+    resolved_batch = resolve_batch_size(batch_size, dev, compile, shadow)
     rows = read_task_table(task_file)
     indices = job_samples(len(rows), shard, limit)
     gen_len = int(method["gen_length"])
@@ -293,7 +301,7 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
 
         if warmup:
             run(todo[0])  # one warm-up generation, untimed (measurement convention)
-        batch = min(resolve_batch_size(batch_size, dev, compile, shadow), len(todo))
+        batch = min(resolved_batch, len(todo))
         if batch > 1:
             from .batching import Sample, decode_batched
 
@@ -328,5 +336,8 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
         from .probes.shadow import probes_table
 
         atomic_write_parquet(probes_out, probes_table(final))
-    atomic_write_json(provenance, provenance_record(seed, config_hash, man, method, dev, compile))
+    from .arrow import task_sources
+
+    atomic_write_json(provenance, provenance_record(seed, config_hash, man, method, dev, compile,
+                                                    task_sources(task_file)))
     journal.path.unlink(missing_ok=True)

@@ -23,7 +23,7 @@ from .sizes import (KNOWN_BLOCK_CHECKPOINTS, KNOWN_BLOCK_SIZES, KNOWN_CHECKPOINT
 from .sizes import CHARS_PER_TOKEN, CHAT_TOKENS, prompt_tokens  # noqa: F401
 
 #: rules in the order the workflow runs them
-RULE_ORDER = ("train_toy", "prepare_backbone", "svd", "prepare_task", "generate",
+RULE_ORDER = ("fetch_backbone", "fetch_dataset", "train_toy", "prepare_backbone", "svd", "prepare_task", "generate",
               "merge_generations", "score", "time_method", "summarize", "plot", "plot_sweeps",
               "tables", "shadow_probe", "shadow_analysis", "intervention", "score_branch",
               "intervention_analysis", "drift_profile", "drift_analysis", "all")
@@ -41,6 +41,9 @@ def jobs_per_rule(campaign) -> dict[str, int]:
     shards = campaign.config["shards"]
     drift = {b for b, _, _ in campaign.analysis_targets("drift")}
     counts = {
+        # a local job per Hub checkpoint and per task reading dataset ids (workflow/rules/hub.smk)
+        "fetch_backbone": sum(map(campaign.is_hub, backbones)),
+        "fetch_dataset": sum(map(campaign.reads_dataset_ids, tasks)),
         "train_toy": sum(map(campaign.is_toy, backbones)),
         "prepare_backbone": len(backbones),
         # one SVD per backbone whose SPA-Cache methods read singular proxies or that a drift
@@ -64,7 +67,8 @@ def jobs_per_rule(campaign) -> dict[str, int]:
 
 #: rules whose jobs run where Snakemake runs, never submitted (the Snakefile's localrules and
 #: every rule with `localrule: True`; tests/test_slurm.py checks this list against them)
-LOCAL_RULES = frozenset({"all", "prepare_backbone", "prepare_task", "summarize", "plot",
+LOCAL_RULES = frozenset({"all", "fetch_backbone", "fetch_dataset", "prepare_backbone",
+                         "prepare_task", "summarize", "plot",
                          "plot_sweeps", "merge_generations", "tables", "shadow_analysis",
                          "intervention_analysis", "drift_analysis"})
 
@@ -399,9 +403,14 @@ def render(campaign, source: str, gpu: Gpu = Gpu(), parallel_tokens: float = 1.0
                   "backbones\"):"] + [f"  - {n}" for n in notes]
     lines += ["", "assumptions:"] + [f"  - {a}" for a in assumptions(
         campaign, gpu, parallel_tokens, prompt_override, {b: e.size for b, e in estimates.items()})]
-    missing = [b for b in campaign.backbones if (p := campaign.checkpoint_path(b)) is not None
-               and not Path(p).is_dir()]
+    missing = [b for b in campaign.backbones if not campaign.is_hub(b) and (
+        p := campaign.checkpoint_path(b)) is not None and not Path(p).is_dir()]
     if missing:
         lines += ["", "checkpoints not here yet (planned without them): " + ", ".join(
             f"{b} ({campaign.checkpoint_path(b)})" for b in missing)]
+    unfetched = [b for b in campaign.backbones if campaign.is_hub(b) and not campaign.hub.fetched(b)]
+    if unfetched:
+        lines += ["", "Hub checkpoints not fetched yet (`python -m dlmpipe fetch CONFIG`, or the "
+                  "workflow's fetch jobs): " + ", ".join(
+                      f"{b} ({campaign.config['backbones'][b]['hub']})" for b in unfetched)]
     return "\n".join(lines)

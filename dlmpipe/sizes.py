@@ -163,7 +163,8 @@ def backbone_size(campaign, backbone: str) -> Size | None:
     from .backbones.identity import TOY, BackboneIdentity, checkpoint_identity
 
     spec = campaign.config["backbones"][backbone]
-    path = campaign.checkpoint_path(backbone)
+    # a Hub checkpoint: the folder of its config.json (fetched, or downloaded alone)
+    path = campaign.hub.config_folder(backbone) if "hub" in spec else campaign.checkpoint_path(backbone)
     if "toy" in spec:  # trained by the workflow: train_toy's defaults and the campaign's options
         from .backbones.toy import train_toy
 
@@ -183,24 +184,27 @@ def backbone_size(campaign, backbone: str) -> Size | None:
                     char_tokens="shipped" in spec, n_kv_heads=c["n_kv_heads"],
                     head_dim=c.get("attn_head_dim") or c["d_model"] // c["n_heads"],
                     total=checkpoint_parameters(path), block_size=c.get("block_size"))
-    names = (backbone, *([path.name] if path is not None else []))
+    names = (backbone, *([spec["hub"].split("/")[-1]] if "hub" in spec else
+                         [path.name] if path is not None else []))
+    missing = (f"config.json of {spec['hub']} not reachable" if "hub" in spec
+               else f"no config.json at {path}")
     for pattern, label, family, total, active, layers, kv, hd in KNOWN_MOE_CHECKPOINTS:
         if any(re.search(pattern, n, re.IGNORECASE) for n in names):
             return Size(active, layers, BackboneIdentity(family, names, backbone),
-                        f"known checkpoint {label} (no config.json at {path})",
+                        f"known checkpoint {label} ({missing})",
                         n_kv_heads=kv, head_dim=hd, total=total,
                         block_size=KNOWN_BLOCK_SIZES.get(family))
     for pattern, label, family, d, layers, heads, kv, hd, mlp, vocab, bias, qk, tied in KNOWN_BLOCK_CHECKPOINTS:
         if any(re.search(pattern, n, re.IGNORECASE) for n in names):
             n = parameters(d, layers, heads, kv, mlp, vocab, bias, hd, qk, tied)
             return Size(n, layers, BackboneIdentity(family, names, backbone),
-                        f"known checkpoint {label} (no config.json at {path})",
+                        f"known checkpoint {label} ({missing})",
                         n_kv_heads=kv, head_dim=hd, block_size=KNOWN_BLOCK_SIZES[family])
     for pattern, label, family, d, layers, heads, kv, mlp, vocab in KNOWN_CHECKPOINTS:
         if any(re.search(pattern, n, re.IGNORECASE) for n in names):
             n = parameters(d, layers, heads, kv, mlp, vocab, family == "dream")
             return Size(n, layers, BackboneIdentity(family, names, backbone),
-                        f"known checkpoint {label} (no config.json at {path})",
+                        f"known checkpoint {label} ({missing})",
                         n_kv_heads=kv, head_dim=d // heads)
     return None
 

@@ -118,10 +118,124 @@ def test_check_names_the_key_of_each_problem(tmp_path, tiny_config):
 def test_a_bad_record_is_an_error_naming_file_record_and_field(tmp_path):
     path = tmp_path / "q.jsonl"
     path.write_text(json.dumps({"question": "?"}) + "\n")
-    with pytest.raises(ValueError, match=r"record 0 lacks field 'answer'"):
+    with pytest.raises(ValueError, match=rf"answer: record 0 of {path} lacks field 'answer'"):
         load_task("local", source=str(path), prompt="{question}")
-    with pytest.raises(ValueError, match=r"prompt names field 'problem', which record 0"):
+    with pytest.raises(ValueError, match=r"prompt: the prompt names field 'problem', which record 0"):
         load_task("local", source=str(path), prompt="{problem}")
     path.write_text(json.dumps({"question": "?", "answer": "many"}) + "\n")
-    with pytest.raises(ValueError, match=r"answer 'many' is not a number \(metric numeric\)"):
+    with pytest.raises(ValueError, match=r"'many' is not a number \(metric numeric\)"):
         load_task("local", source=str(path), prompt="{question}", metric="numeric")
+
+
+# ---- the records' fields, read by `check` and `plan` before any job -----------------------------
+COUNTRIES = [{"qid": "c1", "country": "France", "capital": "Paris"},
+             {"qid": "c2", "country": "Peru", "capital": "Lima"},
+             {"qid": "c3", "country": "Chad"}]
+
+
+def countries(tmp_path, rows=COUNTRIES) -> str:
+    path = tmp_path / "countries.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize("check_paths", [True, False], ids=["check", "plan"])
+def test_check_and_plan_report_every_field_problem_naming_field_record_and_file(
+        tmp_path, tiny_config, check_paths):
+    """The issue's mistakes (a misspelt template field, a wrong answer field, a record lacking
+    the answer) each a problem of `check` and of `plan` (which checks no checkpoint and no
+    downloadable data, but the campaign's own files), all at once, each naming its option,
+    the field, the first record and the file."""
+    source = countries(tmp_path)
+    tiny_config["tasks"]["capitals"] = {"benchmark": "local", "gen_length": 8, "source": source,
+                                        "prompt": "Capital of {contry}?", "answer": "capital",
+                                        "id": "qid"}
+    tiny_config["tasks"]["capitals2"] = {"benchmark": "local", "gen_length": 8, "source": source,
+                                         "prompt": "Capital of {country}?", "answer": "captial"}
+    tiny_config["tasks"]["capitals3"] = {"benchmark": "local", "gen_length": 8, "source": source,
+                                         "prompt": "Capital of {country}?", "answer": "capital",
+                                         "id": "code"}
+    assert problems(tiny_config, check_paths=check_paths) == [
+        f"tasks.capitals.prompt: the prompt names field 'contry', which record 0 of {source} lacks "
+        "(its fields: qid, country, capital) (3 records in all)",
+        f"tasks.capitals.answer: record 2 of {source} lacks field 'capital' (its fields: qid, "
+        "country)",
+        f"tasks.capitals2.answer: record 0 of {source} lacks field 'captial' (its fields: qid, "
+        "country, capital) (3 records in all)",
+        f"tasks.capitals3.id: record 0 of {source} has no field 'code' (its id would be "
+        "countries/0; its fields: qid, country, capital) (3 records in all)",
+        f"tasks.capitals3.answer: record 2 of {source} lacks field 'capital' (its fields: qid, "
+        "country)"]
+
+
+def test_ids_fewshot_and_choices_are_read_before_any_job(tmp_path, tiny_config):
+    """Duplicate or missing ids, a few-shot file too short or lacking a field, options that are
+    not a list: each named with its record and file."""
+    rows = [{"id": "a", "q": "?", "opts": ["x", "y"], "answer": "x"},
+            {"id": "a", "q": "?", "opts": "x or y", "answer": "y"},
+            {"q": "?", "opts": ["x", "y"], "answer": "z"}]
+    source = tmp_path / "mc.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shots = tmp_path / "shots.jsonl"
+    shots.write_text(json.dumps({"q": "?", "opts": ["x", "y"]}) + "\n")
+    tiny_config["tasks"]["mc"] = {"benchmark": "local", "gen_length": 8, "source": str(source),
+                                  "prompt": "{q}\n{choices}", "metric": "choice",
+                                  "choices": "opts", "fewshot": 2, "fewshot_source": str(shots)}
+    assert problems(tiny_config) == [
+        f"tasks.mc.fewshot: 2 exemplars, but {shots} holds 1 record",
+        f"tasks.mc.fewshot_source: record 0 of {shots} lacks field 'answer' (its fields: q, opts)",
+        f"tasks.mc.choices: record 1 of {source}: field 'opts' is not a list of options (nor a "
+        "JSON list)",
+        f"tasks.mc.id: record 2 of {source} has no field 'id' (its id would be mc/2; its fields: "
+        "q, opts, answer)",
+        f"tasks.mc.answer: record 2 of {source}: 'z' is neither a letter of its 2 options nor one "
+        "of them"]
+    source.write_text("".join(json.dumps(r) + "\n" for r in [rows[0], rows[0]]))
+    shots.write_text("".join(json.dumps(rows[0]) + "\n" for _ in range(2)))
+    assert problems(tiny_config) == [
+        f"tasks.mc.id: records 0 and 1 of {source} share the id 'a' (each sample's id must be "
+        "unique)"]
+
+
+def test_plan_refuses_a_missing_or_empty_file_instead_of_counting_0_rows(tmp_path, tiny_config,
+                                                                          write_config, capsys):
+    from dlmpipe.cli import main
+
+    missing = tmp_path / "absent.jsonl"
+    tiny_config["tasks"]["mine"] = {"benchmark": "local", "gen_length": 8, "source": str(missing),
+                                    "prompt": "{q}"}
+    config = write_config(tiny_config, tmp_path / "c.yaml")
+    assert main(["plan", str(config)]) == 2
+    assert f"tasks.mine.source: data file not found: {missing}" in capsys.readouterr().err
+    missing.write_text("")
+    assert main(["plan", str(config)]) == 2
+    assert f"tasks.mine.source: {missing} holds no records" in capsys.readouterr().err
+
+
+# ---- relative paths: against the campaign file's folder; "not found" names the absolute path ----
+def test_relative_paths_resolve_against_the_campaign_files_folder(tmp_path, tiny_config,
+                                                                  write_config, monkeypatch):
+    from dlmpipe.campaign import ConfigError, load_campaign
+
+    folder = tmp_path / "campaign"
+    folder.mkdir()
+    (folder / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    tiny_config["tasks"]["mine"] = {"benchmark": "local", "gen_length": 8, "source": "q.jsonl",
+                                    "prompt": "{question}", "id": "qid"}
+    config = write_config(tiny_config, folder / "c.yaml")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    campaign = load_campaign([config])
+    assert campaign.task_options("mine")["source"] == str(folder / "q.jsonl")  # what the job reads
+    # a later file's relative path is relative to that file's folder; every "not found" is
+    # absolute and says what the relative path was relative to
+    (tmp_path / "over.yaml").write_text("tasks: {mine: {source: data/absent.jsonl}}\n"
+                                        "backbones: {real: {path: ckpt}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_campaign([config, tmp_path / "over.yaml"])
+    assert e.value.problems == [
+        f"backbones.real.path: {tmp_path / 'ckpt'} is not a directory (given as 'ckpt' in "
+        f"{tmp_path / 'over.yaml'}, relative to its folder)",
+        f"tasks.mine.source: data file not found: {tmp_path / 'data' / 'absent.jsonl'} (given as "
+        f"'data/absent.jsonl' in {tmp_path / 'over.yaml'}, relative to its folder)"]

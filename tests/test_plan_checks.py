@@ -327,6 +327,36 @@ def test_snakemake_stops_before_any_job_naming_every_plan_problem(tmp_path, snak
     assert (tmp_path / ".snakemake" / "dlmpipe" / "sha256.json").is_file()
 
 
+def test_a_jobs_own_error_reaches_the_console_and_paths_follow_the_campaign_file(
+        tmp_path, snakemake, tiny_config, write_config):
+    """A failing job's log ends on the console, not only in its file (every rule's shell ends
+    with show_failure, the Snakefile's shell prefix); a relative path resolves against the folder of the
+    campaign file, not Snakemake's working directory."""
+    folder = tmp_path / "campaign"
+    folder.mkdir()
+    (folder / "q.jsonl").write_text('{"question": "1 + 1?", "answer": "2"}\n')
+    tiny_config["tasks"]["mine"] = {"benchmark": "local", "gen_length": 8, "source": "q.jsonl",
+                                    "prompt": "{question}"}
+    tiny_config["tasks"]["toy_arith"]["ids"] = ["no-such-id"]  # only its job can tell
+    config = write_config(tiny_config, folder / "c.yaml")
+    proc = snakemake(tmp_path, "--cores", "1", "--keep-going", "results/tasks/toy_arith.parquet",
+                     "results/tasks/mine.parquet", configfile=config, check=False)
+    assert proc.returncode != 0
+    assert "unknown task id(s): ['no-such-id']" in proc.stderr  # the job's own words
+    assert (tmp_path / "results" / "tasks" / "mine.parquet").is_file()
+
+
+def test_every_rule_s_shell_shows_its_log_when_it_fails():
+    rules = (REPO / "workflow" / "rules").glob("*.smk")
+    blocks = [block for f in rules for block in f.read_text().split("\nrule ")[1:]]
+    shells = ["\n".join(line for line in block.splitlines() if not line.startswith("#"))
+              for block in blocks if "    shell:" in block]
+    ending = ' > {log} 2>&1 || show_failure {log}"'
+    assert shells and all(block.rstrip().endswith(ending) and "    log:" in block
+                          for block in shells), [b.split(":")[0] for b in shells
+                                                 if not b.rstrip().endswith(ending)]
+
+
 def test_a_release_loop_on_a_full_attention_backbone_is_refused(tiny_config, tmp_path, monkeypatch):
     """The backbone's attention pattern comes from config.json's model_type (SDAR, Fast-dLLM v2:
     block-causal); a block loop of a release on a full-attention backbone fails at config time

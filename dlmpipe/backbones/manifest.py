@@ -27,14 +27,20 @@ def checkpoint_fingerprint(path: Path) -> str:
 
 
 def write_manifest(path: str | Path, out: str | Path, name: str, dtype: str = "float32",
-                   chat: bool = False, sha256: dict[str, str] | None = None) -> dict:
-    """``sha256``: the weight files' pinned hashes (checked here, recorded for every loader)."""
+                   chat: bool = False, sha256: dict[str, str] | None = None,
+                   hub: dict | None = None) -> dict:
+    """``sha256``: the weight files' pinned hashes (checked here, recorded for every loader).
+    ``hub``: a Hub checkpoint's fetch record (dlmpipe/hub.py, ``fetch_all``; ``path`` is its
+    snapshot folder): its repository, revision, commit and the Hub's sha256 of its weights,
+    which the fetch checked, recorded (every generation's provenance names them)."""
     path = Path(path).resolve()
     cfg = check_checkpoint(path)
     check_sha256(path, sha256)
     manifest = {"name": name, "path": str(path), "family": cfg.family, "dtype": dtype,
                 "chat": chat, "config": cfg.to_dict(), "fingerprint": checkpoint_fingerprint(path),
-                **({"sha256": sha256} if sha256 else {})}
+                **({"sha256": sha256} if sha256 else {}),
+                **({"hub": {k: hub[k] for k in ("repo", "revision", "commit", "sha256")}}
+                   if hub else {})}
     atomic_write_json(out, manifest)
     return manifest
 

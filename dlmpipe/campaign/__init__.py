@@ -4,11 +4,16 @@ The Snakefile builds a ``Campaign`` before any job runs: one pass that checks ev
 knowable before a job, and reports every problem at once, each line starting with the dotted key
 it is about (``methods.archer.cache.K``). In order:
 
+- relative paths made absolute against the folder of the campaign file that gives them
+  (``paths.py``);
 - task names (``tasks.py``): an unknown benchmark first, before the schema;
 - the JSON schema (dlmpipe/config_schema.py: defaults filled, types, ranges stated);
+- Hugging Face Hub names (``hub.py``): each backbone's ``hub`` and task's dataset id resolved to
+  the commit its revision names, from the cache or the Hub;
 - backbones (``backbones.py``): checkpoint directories and config.json exist, shipped names,
   weight pins (sha256 of the files on disk, each hashed once: ``hashes.py``);
-- task options the benchmark's loader takes, and the data files it reads (``tasks.py``);
+- task options the benchmark's loader takes, the data files it reads, and a local dataset's
+  records (``tasks.py``);
 - methods (``expansion.py``): sweeps expand into unique, readable names; scopes, overrides
   (dlmpipe/overrides.py) and sampler/cache pairings;
 - every job's method (``jobs.py``): overrides applied, ``auto`` parameters (SPA-Cache's
@@ -40,6 +45,8 @@ from . import jobs as _jobs
 from .expansion import TEMPLATE_FIELD, expand_method, part_problems
 from .files import read_campaign_files
 from .hashes import HashCache
+from .hub import HubSources
+from .paths import anchor_paths, annotate
 from .tasks import task_problems, unknown_tasks
 
 
@@ -47,10 +54,19 @@ class Campaign:
     """A checked campaign: backbones, tasks and expanded methods, ready for the rules.
 
     ``check_paths=False`` leaves out what reads the disk: checkpoint directories, weight pins,
-    task data files (a campaign planned on another machine)."""
+    task data files but the campaign's own (a campaign planned on another machine). ``files``:
+    the campaign files ``config`` was read from, in order; relative paths resolve against the
+    folder of the file that gives them (``paths.py``; none: the working directory)."""
 
     def __init__(self, config: dict, schema_path: str | Path = SCHEMA, check_paths: bool = True,
-                 source: str = "config"):
+                 source: str = "config", files: list[str | Path] = ()):
+        notes = anchor_paths(config, files)
+        try:
+            self._check(config, schema_path, check_paths, source)
+        except ConfigError as e:
+            raise ConfigError(annotate(e.problems, notes), e.source) from None
+
+    def _check(self, config: dict, schema_path: str | Path, check_paths: bool, source: str):
         unknown = unknown_tasks(config)
         self._gpus: dict = {}  # backbone -> gpus.JobGpus, planned once
         try:
@@ -66,9 +82,12 @@ class Campaign:
                               source) from None
         schema = load_schema(schema_path)
         problems: list[str] = list(unknown.values())
+        #: the Hub repositories (backbones' ``hub``, tasks' dataset ids), resolved to commits
+        self.hub = HubSources(config, check_paths)
+        problems += self.hub.problems
         if check_paths:
             hashes = HashCache()
-            problems += _backbones.backbone_problems(config["backbones"], hashes)
+            problems += _backbones.backbone_problems(config["backbones"], hashes, self.hub)
             hashes.save()
         problems += task_problems(config, check_data=check_paths)
         #: the expanded methods as configured (before overrides and ``auto`` parameters)
@@ -107,7 +126,7 @@ class Campaign:
                 if (p := registry.pairing_problem(m["sampler"]["name"], m["cache"]["name"])):
                     problems.append(f"methods.{base}: {p}")
         self.origin = origin
-        checkpoints = _backbones.Checkpoints(config["backbones"])
+        checkpoints = _backbones.Checkpoints(config["backbones"], self.hub)
         self._jobs, found = _jobs.build_jobs(self, checkpoints, check_paths)
         problems += found
         problems += self._comparison_scope_problems()
@@ -203,9 +222,24 @@ class Campaign:
         return dict(self.config["backbones"][backbone]["toy"])
 
     def checkpoint_path(self, backbone: str) -> Path | None:
-        """Where a backbone's weights are: the shipped directory or the local ``path`` (absolute);
-        None for a toy the workflow trains."""
-        return _backbones.checkpoint_path(self.config["backbones"][backbone])
+        """Where a backbone's weights are: the shipped directory, the local ``path`` (absolute)
+        or a ``hub:`` one's snapshot folder of its commit (there once fetched); None for a toy
+        the workflow trains."""
+        return _backbones.checkpoint_path(self.config["backbones"][backbone], self.hub, backbone)
+
+    def is_hub(self, backbone: str) -> bool:
+        return "hub" in self.config["backbones"][backbone]
+
+    def reads_dataset_ids(self, task: str) -> bool:
+        """Whether the task reads a dataset by Hub name (fetched by its own fetch job)."""
+        from ..tasks.registry import dataset_options
+
+        return bool(dataset_options(self.config["tasks"][task]))
+
+    def hub_fetches(self, section: str, name: str) -> list[dict]:
+        """The Hub repositories the fetch job of backbone or task ``name`` fetches (``section``
+        backbones or tasks): repository, kind, revision and the commit it names; [] for none."""
+        return self.hub.fetch_entries(section, name)
 
     def weight_sha256(self, backbone: str) -> dict[str, str] | None:
         """The sha256 the backbone's weight files must have (checked here, and again when they
@@ -219,9 +253,10 @@ class Campaign:
 
     def task_options(self, task: str) -> dict:
         """Loader options: everything but the benchmark name and gen_length (which only
-        generation reads), passed to the loader unchanged."""
-        return {k: v for k, v in self.config["tasks"][task].items()
-                if k not in ("benchmark", "gen_length")}
+        generation reads), passed to the loader unchanged, but dataset ids pinned to the commit
+        their revision names (``org/name@commit``)."""
+        return self.hub.job_options(task, {k: v for k, v in self.config["tasks"][task].items()
+                                           if k not in ("benchmark", "gen_length")})
 
     def sweeps(self) -> dict[str, dict]:
         """Base methods whose sweep has two or more points: ``{base: {"keys": [swept keys],
@@ -341,4 +376,4 @@ def load_campaign(paths: list[str | Path], schema_path: str | Path = SCHEMA,
     """Campaign from config files; later files override earlier ones key by key (a YAML syntax
     error is a ConfigError naming file, line and column)."""
     return Campaign(read_campaign_files(paths), schema_path, check_paths,
-                    source=", ".join(map(str, paths)))
+                    source=", ".join(map(str, paths)), files=paths)

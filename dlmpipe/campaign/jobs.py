@@ -31,7 +31,7 @@ def bind(where: str, method: dict, backbone: str, checkpoints: Checkpoints,
     if isinstance(identity, CheckpointError):
         # a missing directory or config.json is reported by backbone_problems; unchecked paths
         # (check_paths=False): the generate job chooses, from the manifest
-        return method, ([f"backbones.{backbone}.path: {identity} (needed to choose the auto "
+        return method, ([f"backbones.{backbone}.{checkpoints.key(backbone)}: {identity} (needed to choose the auto "
                          f"parameters of {where})"]
                         if check_paths and checkpoints.readable(backbone) else [])
     try:
@@ -50,7 +50,7 @@ def width_problems(where: str, method: dict, backbone: str, checkpoints: Checkpo
         return []
     widths = checkpoints.widths(backbone)
     if isinstance(widths, CheckpointError):
-        return ([f"backbones.{backbone}.path: {widths} (needed to check the parameters of {where})"]
+        return ([f"backbones.{backbone}.{checkpoints.key(backbone)}: {widths} (needed to check the parameters of {where})"]
                 if check_paths and checkpoints.readable(backbone) else [])
     return [f"{where}.{p} ({job}: {widths.source})" for p in registry.widths_problems(method, widths)]
 
@@ -214,7 +214,7 @@ def drift_rank_problems(campaign: Campaign, checkpoints: Checkpoints, check_path
             widths = checkpoints.widths(backbone)
             if isinstance(widths, CheckpointError):
                 if check_paths and checkpoints.readable(backbone):
-                    problems.append(f"backbones.{backbone}.path: {widths} (needed to check "
+                    problems.append(f"backbones.{backbone}.{checkpoints.key(backbone)}: {widths} (needed to check "
                                     f"analyses.drift[{n}].rank)")
             elif rank > widths.value_rank:
                 problems.append(f"analyses.drift[{n}].rank: {rank} exceeds the value projection's "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..tasks.registry import TASKS, loader_options
 
 #: keys every task takes besides its loader's options
-COMMON_KEYS = ["limit", "ids", "gen_length", "benchmark"]
+COMMON_KEYS = ["limit", "ids", "gen_length", "benchmark", "revision"]
 
 
 def benchmark_of(name: str, options) -> object:
@@ -39,9 +39,11 @@ def unknown_tasks(config: dict) -> dict[str, str]:
 
 def task_problems(config: dict, check_data: bool = True) -> list[str]:
     """Options the benchmark's loader does not take (its signature: a typo), its own checks of
-    their values (``Benchmark.option_problems``), and, with
-    ``check_data``, the data files it would not find (``tasks.benchmarks.DATA``)."""
-    from ..tasks.benchmarks import missing_data, option_problems
+    their values (``Benchmark.option_problems``), the data files it would not find
+    (``tasks.benchmarks.DATA``; without ``check_data``, as ``plan`` checks, only the campaign's
+    own files: a local task's), and the records of its files once they are there
+    (``Benchmark.record_problems``: a local task's fields)."""
+    from ..tasks.benchmarks import missing_data, option_problems, record_problems
 
     problems = []
     for name, options in config["tasks"].items():
@@ -60,9 +62,12 @@ def task_problems(config: dict, check_data: bool = True) -> list[str]:
         if not bad:
             problems += [f"tasks.{name}.{p}" for p in option_problems(
                 benchmark, {k: v for k, v in options.items() if k not in COMMON_KEYS})]
-        if check_data and not bad:
+        if not bad:  # without check_data, the campaign's own files (DataFile.local) still
             loader = {k: v for k, v in options.items() if k not in COMMON_KEYS}
-            for need, missing in missing_data(benchmark, loader):
+            missing = missing_data(benchmark, loader, own_only=not check_data)
+            for need, why in missing:
                 key = f"tasks.{name}.{need.key}"
-                problems.append(f"{key}: {missing if isinstance(missing, str) else missing.problem(key)}")
+                problems.append(f"{key}: {why if isinstance(why, str) else why.problem(key)}")
+            if not missing and not option_problems(benchmark, loader):
+                problems += [f"tasks.{name}.{p}" for p in record_problems(benchmark, loader)]
     return problems

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from . import reports
 
@@ -26,8 +27,16 @@ def _train_toy(a: argparse.Namespace) -> None:
 def _prepare_backbone(a: argparse.Namespace) -> None:
     from ..backbones.manifest import write_manifest
 
+    hub = next(iter(json.loads(Path(a.hub).read_text()).values())) if a.hub else None
     write_manifest(a.path, a.out, name=a.name, dtype=a.dtype, chat=a.chat,
-                   sha256=json.loads(a.sha256))
+                   sha256=json.loads(a.sha256), hub=hub)
+
+
+def _fetch_hub(a: argparse.Namespace) -> None:
+    from ..hub import fetch_all
+    from ..io import atomic_write_json
+
+    atomic_write_json(a.out, fetch_all(json.loads(a.repos)))
 
 
 def _ship_toy(a: argparse.Namespace) -> None:
@@ -37,9 +46,9 @@ def _ship_toy(a: argparse.Namespace) -> None:
 
 
 def _prepare_task(a: argparse.Namespace) -> None:
-    from ..tasks import load_task, write_task_table
+    from ..tasks.registry import prepare_task
 
-    write_task_table(load_task(a.name, **json.loads(a.options)), a.out)
+    prepare_task(a.name, json.loads(a.options), a.out)
 
 
 def _generate(a: argparse.Namespace) -> None:
@@ -175,8 +184,17 @@ def register(sub) -> None:
     s.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
     s.add_argument("--sha256", default="null", help="JSON {safetensors file: sha256} the weights "
                    "must have (null: unpinned)")
+    s.add_argument("--hub", default=None, help="a Hub checkpoint's fetch record (fetch-hub's "
+                   "output): its repository and commit recorded, the Hub's sha256 pinned")
     s.add_argument("--out", required=True)
     s.set_defaults(func=_prepare_backbone)
+
+    s = sub.add_parser("fetch-hub", help="fetch Hugging Face Hub repositories at their commits "
+                       "into the Hugging Face cache (a local job, where the network is); check "
+                       "the safetensors sha256; record what was fetched")
+    s.add_argument("--repos", required=True, help="JSON list of {key, repo, kind, revision, commit}")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=_fetch_hub)
 
     s = sub.add_parser("ship-toy", help="retrain a shipped toy checkpoint (dlmpipe/shipped/<name>) "
                        "from its recorded options, or from new ones; prints the sha256 to pin")

@@ -6,6 +6,8 @@
 ``decode``        one prompt, one method, one checkpoint (quick_decode.py);
 ``plan CONFIG``   jobs per rule, samples per task and GPU-hours, before anything is downloaded
                   (plan.py, cost.py);
+``fetch CONFIG``  every Hugging Face Hub checkpoint and dataset the campaign names, into the
+                  Hugging Face cache, where the network is (campaign/hub.py, hub.py);
 ``lm-eval ...``   lm-evaluation-harness with a dlmpipe method as its model (dlmpipe/lmeval/cli.py;
                   the optional extra ``dlmpipe[lm-eval]``).
 Each is a thin parser around one library function, as the job commands are.
@@ -16,7 +18,7 @@ import argparse
 import sys
 
 #: the user's commands, in the order ``--help`` lists them
-COMMANDS = ("check", "methods", "decode", "plan", "lm-eval")
+COMMANDS = ("check", "methods", "decode", "plan", "fetch", "lm-eval")
 
 
 def _check(a: argparse.Namespace) -> int:
@@ -51,6 +53,19 @@ def _plan(a: argparse.Namespace) -> int:
         return 2
     gpu = Gpu(a.gpu, a.gpu_tflops, a.utilization, a.utilization_b1)
     print(render(campaign, ", ".join(a.config), gpu, a.parallel_tokens, a.prompt_tokens))
+    return 0
+
+
+def _fetch(a: argparse.Namespace) -> int:
+    from ..campaign import ConfigError, load_campaign
+    from ..campaign.hub import fetch_campaign
+
+    try:
+        campaign = load_campaign(a.config)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
+    print("\n".join(fetch_campaign(campaign)))
     return 0
 
 
@@ -128,6 +143,14 @@ def register(sub) -> None:
     s.add_argument("--prompt-tokens", type=float, default=None, help="one prompt length for every "
                    "task (default: each benchmark's, dlmpipe/tasks/registry.py)")
     s.set_defaults(func=_plan)
+
+    s = sub.add_parser("fetch", help="fetch every Hugging Face Hub checkpoint and dataset a "
+                       "campaign names into the Hugging Face cache (HF_HOME), where the network "
+                       "is (a login node), checking the weights' sha256; its jobs then read them "
+                       "offline")
+    s.add_argument("config", nargs="+", metavar="CONFIG", help="campaign files (later ones "
+                   "override earlier ones key by key)")
+    s.set_defaults(func=_fetch)
 
     from ..lmeval.cli import HELP
 

@@ -59,7 +59,8 @@ def missing_files(options: dict) -> list[str]:
     files = (options.get("dataset_kwargs") or {}).get("data_files") or {}
     files = list(files.values()) if isinstance(files, dict) else [files]
     flat = [f for item in files for f in (item if isinstance(item, list) else [item])]
-    return [str(f) for f in flat if not Path(str(f)).expanduser().is_file()]
+    return [str(Path(str(f)).expanduser().absolute()) for f in flat
+            if not Path(str(f)).expanduser().is_file()]
 
 
 def _absolute_files(dataset_kwargs: dict | None) -> dict | None:

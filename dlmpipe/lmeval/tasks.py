@@ -101,7 +101,7 @@ def local_override(name: str, dataset_path: str | None = None,
 def _absolute(path) -> str:
     p = Path(str(path)).expanduser()
     if not p.is_file():
-        raise FileNotFoundError(f"data file not found: {p}")
+        raise FileNotFoundError(f"data file not found: {p.absolute()}")
     return str(p.resolve())
 
 

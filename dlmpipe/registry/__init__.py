@@ -27,8 +27,8 @@ lacks a declaration fails at registration. A method outside this package: a modu
 dlmpipe.registry``) prints every entry's parameters and which caches serve which samplers.
 """
 from .caches import CACHES, rank_within_value_projection
-from .component import (ROWS, ROWS_MEANING, Component, choice, fraction_or_null, integer, number,
-                        positive_or_null, seed_or_null, serves, table)
+from .component import (ROWS, ROWS_MEANING, Component, choice, constructor_params, fraction_or_null,
+                        integer, number, positive_or_null, seed_or_null, serves, table)
 from .derived import (ATTENTIONS, BOUNDS, KINDS, NoFit, artifacts, attention_problems,
                       attention_refusal, bind, bind_method, bounds, canonical,
                       expected, gen_length_problems, lookup, pairing_problem, refusal, register,
@@ -39,7 +39,8 @@ from .samplers import (CONFIDENCE, LLADA_SCHEDULE, PARALLEL_BLOCKS, SAMPLERS, TE
 
 __all__ = ["ATTENTIONS", "attention_problems", "attention_refusal", "BOUNDS", "CACHES", "CONFIDENCE", "KINDS", "LLADA_SCHEDULE", "PARALLEL_BLOCKS", "ROWS",
            "ROWS_MEANING", "SAMPLERS", "TEMPERATURE", "Component", "NoFit", "artifacts", "bind",
-           "bind_method", "blocks_tile_response", "bounds", "canonical", "choice", "describe",
+           "bind_method", "blocks_tile_response", "bounds", "canonical", "choice", "constructor_params",
+           "describe",
            "expected", "fraction_or_null", "gen_length_problems", "integer", "lookup", "number",
            "pairing_problem", "pairing_table", "positive_or_null", "rank_within_value_projection",
            "refusal", "register", "resolve", "schema_defs", "seed_or_null", "serves", "serving_caches",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -115,8 +116,35 @@ class Component:
         module, _, cls = self.target.partition(":")
         return getattr(importlib.import_module(module), cls)
 
+    def constructor_problem(self) -> str | None:
+        """Where the class's constructor (``constructor_params``) and this entry disagree on
+        the keyword parameters (the entry's ``params`` and ``artifacts``), or None."""
+        takes, declared = constructor_params(self.load()), set(self.params) | set(self.artifacts)
+        if takes == declared:
+            return None
+        return (f"{self.name!r}: {self.target} takes {sorted(takes)}, the entry declares "
+                f"{sorted(declared)} ({DOC})")
+
     def defaults(self) -> dict:
         return {k: copy.deepcopy(v["default"]) for k, v in self.params.items()}
+
+
+def constructor_params(cls: type) -> set[str]:
+    """The keyword-only parameters a sampler's or cache's constructor takes: its own
+    ``__init__``'s and, while an ``__init__`` passes the rest on (``**options``), the next one's
+    up the class hierarchy. So a class built on an existing sampler or cache takes only its own
+    parameters where it fixes the parent's (``super().__init__(model, refresh_interval=8)``),
+    and the parent's too where it passes ``**options`` on (docs/DEVELOPING.md, "Adding a
+    method")."""
+    params: set[str] = set()
+    for c in cls.__mro__:
+        if "__init__" not in c.__dict__:
+            continue
+        signature = inspect.signature(c.__dict__["__init__"]).parameters.values()
+        params |= {p.name for p in signature if p.kind == p.KEYWORD_ONLY}
+        if not any(p.kind == p.VAR_KEYWORD for p in signature):
+            break
+    return params
 
 
 #: what every entry declares, by kind (docs/DEVELOPING.md, "Adding a method")

@@ -27,9 +27,11 @@ LOADERS: dict[str, Callable[..., list[dict]]] = {n: b.loader for n, b in BENCHMA
 DATA: dict[str, tuple[DataFile, ...]] = {n: b.data for n, b in BENCHMARKS.items()}
 
 
-def missing_data(benchmark: str, options: dict) -> list[tuple[DataFile, DataNotFound | str]]:
+def missing_data(benchmark: str, options: dict,
+                 own_only: bool = False) -> list[tuple[DataFile, DataNotFound | str]]:
     """The data files the benchmark's loader would not find with these options: each with the
-    DataNotFound saying where it looked, or a sentence (read no file, import no torch)."""
+    DataNotFound saying where it looked, or a sentence (read no file, import no torch); with
+    ``own_only``, only the campaign's own files (``DataFile.local``: what ``plan`` checks)."""
     if benchmark not in DATA:
         return []  # the toy tasks are generated
     loader = LOADERS[benchmark]
@@ -37,13 +39,13 @@ def missing_data(benchmark: str, options: dict) -> list[tuple[DataFile, DataNotF
               if p.default is not inspect.Parameter.empty} | dict(options)
     missing = []
     for need in DATA.get(benchmark, ()):
-        if not need.needed(filled):
+        if not need.needed(filled) or (own_only and not need.local):
             continue
         value = filled.get(need.key)
         if value and need.local:
             if not Path(value).expanduser().is_file():
                 missing.append((need, DataNotFound(benchmark, need.key,
-                                                   given=Path(value).expanduser())))
+                                                   given=Path(value).expanduser().absolute())))
         elif value or need.default not in (None, PACKAGE):
             try:
                 resolve_source(need.default or benchmark, value, need.key)
@@ -67,9 +69,21 @@ def missing_data(benchmark: str, options: dict) -> list[tuple[DataFile, DataNotF
 def option_problems(benchmark: str, options: dict) -> list[str]:
     """The benchmark's own checks of its options (``Benchmark.option_problems``), defaults
     filled; each problem starts with its key."""
+    return _benchmark_check(benchmark, options, "option_problems")
+
+
+def record_problems(benchmark: str, options: dict) -> list[str]:
+    """The benchmark's checks of its files' records (``Benchmark.record_problems``: a local
+    task's fields), defaults filled; each problem starts with its key."""
+    return _benchmark_check(benchmark, options, "record_problems")
+
+
+def _benchmark_check(benchmark: str, options: dict, check: str) -> list[str]:
+    """The benchmark's ``check`` (a ``Benchmark`` field) on its options, its loader's defaults
+    filled in; none where it has no such check."""
     b = BENCHMARKS.get(benchmark)
-    if b is None or b.option_problems is None:
+    if b is None or getattr(b, check) is None:
         return []
     filled = {name: p.default for name, p in inspect.signature(b.loader).parameters.items()
               if p.default is not inspect.Parameter.empty} | dict(options)
-    return b.option_problems(filled)
+    return getattr(b, check)(filled)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import string
 from pathlib import Path
 
-from .sources import read_records
+from .sources import DataNotFound, read_records
 from .spec import DOC, Benchmark, DataFile, count_records, local_file
 
 #: metric -> the task row's scoring kind (dlmpipe/scoring/answers.py, the sandbox for code)
@@ -33,43 +34,31 @@ def load_local(source: str | None = None, prompt: str | None = None, answer: str
     """Rows of ``source`` as task rows: ``prompt`` formatted with each record's fields (and
     ``{choices}``: the options as lettered lines), the reference from field ``answer``, the
     scoring kind from ``metric``; ``fewshot`` exemplars from ``fewshot_source`` (prompt then
-    answer), never from the scored rows."""
-    for problem in option_problems({"source": source, "prompt": prompt, "metric": metric,
-                                    "fewshot": fewshot, "fewshot_source": fewshot_source}):
+    answer), never from the scored rows. The first problem ``record_problems`` would report is
+    a ValueError naming the option, the field, the record and the file."""
+    options = {k: v for k, v in locals().items() if k in DEFAULTS}
+    for problem in option_problems(options):
         raise ValueError(f"local: {problem}")
-    path = Path(source).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"local: data file not found: {path}")
-    shots = ""
-    if fewshot:
-        exemplars = read_records("local", Path(fewshot_source).expanduser())[:fewshot]
-        shots = "".join(_render(prompt, r, choices, fewshot_source, n) + " "
-                        + str(_field(r, answer, fewshot_source, n)) + "\n\n"
-                        for n, r in enumerate(exemplars))
-    out = []
-    for n, r in enumerate(read_records("local", path)):
-        row = {"task_id": str(r.get(id)) if r.get(id) not in (None, "") else f"{path.stem}/{n}",
-               "prompt": shots + _render(prompt, r, choices, path, n), "kind": METRICS[metric],
-               "answer": "", "code_prefix": "", "test": "", "entry_point": "",
-               "response_prefix": response_prefix}
-        if metric == "code":
-            row["test"] = str(_field(r, test, path, n))
-            row["entry_point"] = str(_field(r, entry_point, path, n)) if entry_point else ""
-            row["answer"] = str(r.get(answer) or "")
-        elif metric == "choice":
-            options = _options(r, choices, path, n)
-            row["choices"] = json.dumps(options)
-            row["answer"] = _letter(_field(r, answer, path, n), options, path, n)
-        else:
-            row["answer"] = str(_field(r, answer, path, n)).strip()
-            if metric == "numeric":
-                from ..scoring.answers import is_number
+    return _Rows(options, _Found(raise_first=True)).rows()
 
-                if not is_number(row["answer"]):
-                    raise ValueError(f"local: {path}: record {n}: answer {row['answer']!r} is not "
-                                     "a number (metric numeric)")
-        out.append(row)
-    return out
+
+#: the loader's options with their defaults
+DEFAULTS = {name: p.default for name, p in inspect.signature(load_local).parameters.items()}
+
+
+def record_problems(options: dict) -> list[str]:
+    """What is wrong with the records of a local task's files, read before any job (``check``
+    and ``plan``): each problem once, starting with its option (``prompt``, ``answer``, ``id``,
+    ...), naming the field, the first record that shows it and the file, with how many records
+    show it. Files that are missing are ``check``'s data problems, not these."""
+    options = DEFAULTS | dict(options)
+    if option_problems(options) or local_file(options) is None:
+        return []
+    if options["fewshot"] and local_file(options, "fewshot_source") is None:
+        return []
+    found = _Found(raise_first=False)
+    _Rows(options, found).rows()
+    return found.lines()
 
 
 def option_problems(options: dict) -> list[str]:
@@ -81,56 +70,226 @@ def option_problems(options: dict) -> list[str]:
     if not options.get("prompt"):
         problems.append("prompt: needed: a template over the rows' fields, e.g. "
                         "\"{question}\\nAnswer:\"")
+    else:
+        try:
+            template_fields(options["prompt"])
+        except ValueError as e:
+            problems.append(f"prompt: {options['prompt']!r} is not a template: {e}")
+    if metric == "choice" and not options.get("choices"):
+        problems.append("choices: needed with metric choice: the field holding each row's "
+                        "options (a list, or a JSON list)")
     if options.get("fewshot", 0) and not options.get("fewshot_source"):
         problems.append("fewshot_source: needed with fewshot > 0: a file of exemplars with the "
                         "same fields (the scored rows are never exemplars)")
     return problems
 
 
-def _field(record: dict, name: str, path, n: int):
-    if name not in record:
-        raise ValueError(f"local: {path}: record {n} lacks field {name!r} (fields: "
-                         f"{', '.join(map(str, record))})")
-    return record[name]
+def template_fields(template: str) -> list[str]:
+    """The record fields a prompt template names (``{question}``, ``{row[0]}``: ``row``); a
+    ValueError for a malformed template or a field without a name (``{}``, ``{0}``)."""
+    fields = []
+    for _, name, _, _ in string.Formatter().parse(template):
+        if name is None:
+            continue
+        root = re.split(r"[.\[]", name, maxsplit=1)[0]
+        if not root or root.isdigit():
+            raise ValueError(f"{{{name}}} names no field (write {{field}})")
+        fields.append(root)
+    return list(dict.fromkeys(fields))
 
 
-def _options(record: dict, choices: str | None, path, n: int) -> list[str]:
-    if not choices:
-        raise ValueError("local: metric choice needs `choices`, the field holding each row's "
-                         "options (a list, or a JSON list)")
-    value = _field(record, choices, path, n)
-    if isinstance(value, str):
-        value = json.loads(value)
-    return [str(v) for v in value]
+class _Found:
+    """The problems of records: raised at the first (a job), or gathered once per kind with the
+    first message and how many records show it (``check``)."""
+
+    def __init__(self, raise_first: bool):
+        self.raise_first = raise_first
+        self.kinds: dict[tuple, list] = {}
+
+    def __call__(self, key: str, kind, message: str) -> None:
+        if self.raise_first:
+            raise ValueError(f"local: {key}: {message}")
+        self.kinds.setdefault((key, kind), [message, 0])[1] += 1
+
+    def lines(self) -> list[str]:
+        return [f"{key}: {message}" + (f" ({n} records in all)" if n > 1 else "")
+                for (key, _), (message, n) in self.kinds.items()]
 
 
-def _letter(answer, options: list[str], path, n: int) -> str:
-    text = str(answer).strip()
-    if len(text) == 1 and text.upper() in LETTERS[:len(options)]:
-        return text.upper()
-    if text in options:
-        return LETTERS[options.index(text)]
-    raise ValueError(f"local: {path}: record {n}: answer {text!r} is neither a letter of its "
-                     f"{len(options)} options nor one of them")
+class _Rows:
+    """A local task's rows built record by record, every problem told to ``found``."""
+
+    def __init__(self, options: dict, found: _Found):
+        self.o, self.found = options, found
+
+    def rows(self) -> list[dict]:
+        o = self.o
+        path = _existing(o["source"], "source")
+        shots = self._shots() if o["fewshot"] else ""
+        records = self._read("source", path)
+        if records is not None and not records:
+            self.found("source", "empty", f"{path} holds no records")
+        named = [r.get(o["id"]) not in (None, "") for r in records or []]
+        # ids from a field the campaign names, or the default field where some records have it
+        self.every_id = o["id"] != DEFAULTS["id"] or any(named)
+        out, ids = [], {}
+        for n, r in enumerate(records or []):
+            row = self._row(r, path, n, shots)
+            if row is None:
+                continue
+            first = ids.setdefault(row["task_id"], n)
+            if first != n:
+                self.found("id", ("duplicate", row["task_id"]), f"records {first} and {n} of {path} "
+                           f"share the id {row['task_id']!r} (each sample's id must be unique)")
+            out.append(row)
+        return out
+
+    def _read(self, key: str, path: Path) -> list[dict] | None:
+        try:
+            return read_records("local", path)
+        except ValueError as e:
+            self.found(key, "malformed", str(e).removeprefix("local: "))
+            return None
+
+    def _shots(self) -> str:
+        o = self.o
+        path = _existing(o["fewshot_source"], "fewshot_source")
+        exemplars = self._read("fewshot_source", path)
+        if exemplars is None:
+            return ""
+        if len(exemplars) < o["fewshot"]:
+            self.found("fewshot", "short", f"{o['fewshot']} exemplars, but {path} holds "
+                       f"{len(exemplars)} record{'s' * (len(exemplars) != 1)}")
+        shots = []
+        for n, r in enumerate(exemplars[:o["fewshot"]]):
+            text = self._render(r, path, n, "fewshot_source", self._choices(r, path, n, "fewshot_source"))
+            reference = self._field(r, o["answer"], path, n, "fewshot_source")
+            if text is not None and reference is not None:
+                shots.append(f"{text} {reference}\n\n")
+        return "".join(shots)
+
+    def _row(self, r: dict, path: Path, n: int, shots: str) -> dict | None:
+        o = self.o
+        metric = o["metric"]
+        row = {"task_id": self._id(r, path, n), "prompt": None, "kind": METRICS[metric],
+               "answer": "", "code_prefix": "", "test": "", "entry_point": "",
+               "response_prefix": o["response_prefix"]}
+        options = self._choices(r, path, n, "choices")
+        text = self._render(r, path, n, "prompt", options)
+        if text is not None:
+            row["prompt"] = shots + text
+        if metric == "code":
+            row["test"] = self._field(r, o["test"], path, n, "test")
+            row["entry_point"] = (self._field(r, o["entry_point"], path, n, "entry_point")
+                                  if o["entry_point"] else "")
+            row["answer"] = str(r.get(o["answer"]) or "")
+        elif metric == "choice":
+            reference = self._field(r, o["answer"], path, n, "answer")
+            if options is not None and reference is not None:
+                row["choices"] = json.dumps(options)
+                row["answer"] = self._letter(reference, options, path, n)
+            else:
+                row["answer"] = None
+        else:
+            reference = self._field(r, o["answer"], path, n, "answer")
+            row["answer"] = None if reference is None else reference.strip()
+            if metric == "numeric" and row["answer"] is not None:
+                from ..scoring.answers import is_number
+
+                if not is_number(row["answer"]):
+                    self.found("answer", "number", f"record {n} of {path}: {row['answer']!r} is "
+                               "not a number (metric numeric)")
+                    row["answer"] = None
+        return None if any(v is None for v in row.values()) else row
+
+    def _id(self, r: dict, path: Path, n: int) -> str:
+        key = self.o["id"]
+        if r.get(key) not in (None, ""):
+            return str(r[key])
+        if self.every_id:
+            self.found("id", ("lacks", key), f"record {n} of {path} has no field {key!r} (its "
+                       f"id would be {path.stem}/{n}; its fields: {_names(r)})")
+        return f"{path.stem}/{n}"
+
+    def _field(self, record: dict, name: str, path: Path, n: int, key: str) -> str | None:
+        if name in record:
+            return str(record[name])
+        self.found(key, ("lacks", name), f"record {n} of {path} lacks field {name!r} (its "
+                   f"fields: {_names(record)})")
+        return None
+
+    def _choices(self, record: dict, path: Path, n: int, key: str) -> list[str] | None:
+        """The record's options, where the task names a choices field that a choice task needs
+        or the record has (None: none, or a problem told)."""
+        name = self.o["choices"]
+        if not name or (self.o["metric"] != "choice" and name not in record):
+            return None
+        if name not in record:
+            self._field(record, name, path, n, key)
+            return None
+        value = record[name]
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                value = None
+        if not isinstance(value, list) or not value:
+            self.found(key, "list", f"record {n} of {path}: field {name!r} is not a list "
+                       "of options (nor a JSON list)")
+            return None
+        return [str(v) for v in value]
+
+    def _letter(self, answer: str, options: list[str], path: Path, n: int) -> str | None:
+        text = answer.strip()
+        if len(text) == 1 and text.upper() in LETTERS[:len(options)]:
+            return text.upper()
+        if text in options:
+            return LETTERS[options.index(text)]
+        self.found("answer", "letter", f"record {n} of {path}: {text!r} is neither a letter of "
+                   f"its {len(options)} options nor one of them")
+        return None
+
+    def _render(self, record: dict, path: Path, n: int, key: str,
+                options: list[str] | None) -> str | None:
+        template, choices = self.o["prompt"], self.o["choices"]
+        fields = dict(record)
+        if choices and choices in record:
+            if options is None:
+                return None  # told by _choices
+            fields["choices"] = "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(options))
+        missing = [f for f in template_fields(template) if f not in fields]
+        for f in missing:
+            where = "exemplar record" if key == "fewshot_source" else "record"
+            self.found(key, ("names", f), f"the prompt names field {f!r}, which {where} {n} of "
+                       f"{path} lacks (its fields: {_names(record)})")
+        if missing:
+            return None
+        try:
+            return template.format_map(fields)
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as e:
+            self.found(key, "format", f"record {n} of {path}: the prompt cannot be filled in: "
+                       f"{type(e).__name__}: {e}")
+            return None
 
 
-def _render(template: str, record: dict, choices: str | None, path, n: int) -> str:
-    fields = dict(record)
-    if choices and choices in record:
-        fields["choices"] = "\n".join(f"{LETTERS[i]}. {o}" for i, o in
-                                      enumerate(_options(record, choices, path, n)))
-    try:
-        return template.format_map(fields)
-    except KeyError as e:
-        raise ValueError(f"local: prompt names field {e.args[0]!r}, which record {n} of {path} "
-                         f"lacks (fields: {', '.join(map(str, record))})") from None
-    except (IndexError, ValueError) as e:
-        raise ValueError(f"local: prompt {template!r} is not a template: {e}") from None
+def _names(record: dict) -> str:
+    return ", ".join(map(str, record)) or "none"
+
+
+def _existing(value: str, key: str) -> Path:
+    path = Path(value).expanduser().absolute()
+    if not path.is_file():
+        raise DataNotFound("local", key, given=path)
+    return path
 
 
 def _rows(options: dict) -> int:
+    """Records of the task's file; its absence is a DataNotFound (``check`` and ``plan`` report
+    it first), never 0 rows."""
     path = local_file(options)
-    return 0 if path is None else count_records(path)
+    if path is None:
+        raise DataNotFound("local", "source", given=Path(options.get("source") or "").absolute())
+    return count_records(path)
 
 
 def _prompt_chars(options: dict) -> int:
@@ -153,5 +312,5 @@ BENCHMARKS = (
         DataFile("fewshot_source", None, lambda o: o["fewshot"] > 0, local=True,
                  why="needed with fewshot > 0: a file of exemplars with the same fields (the "
                      "scored rows are never exemplars)")),
-        _rows, _prompt_chars, option_problems=option_problems),
+        _rows, _prompt_chars, option_problems=option_problems, record_problems=record_problems),
 )

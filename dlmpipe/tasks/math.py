@@ -65,7 +65,7 @@ def _fewshot_block(fewshot: int, fewshot_source: str | None) -> str:
                          "are never used as exemplars")
     path = Path(fewshot_source)
     if not path.is_file():
-        raise FileNotFoundError(f"gsm8k: fewshot data file not found: {path}")
+        raise FileNotFoundError(f"gsm8k: fewshot data file not found: {path.absolute()}")
     shots = read_records("gsm8k", path)[:fewshot]
     return "".join(f"Question: {s['question']}\nAnswer: {s['answer']}\n\n" for s in shots)
 

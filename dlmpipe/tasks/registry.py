@@ -6,18 +6,22 @@ A loader takes the task's options from config.yaml (``n``, ``seed``, ``source``,
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..arrow import SOURCES_KEY, task_sources  # noqa: F401  (task_sources: the tables' reader)
 from ..io import atomic_write_parquet
 from ..lmeval.campaign import load_lm_eval  # imports lm_eval only when it loads a task
 from .benchmarks import BENCHMARKS, LOADERS
 from .toy import make_examples
 
 TASK_COLUMNS = ["task_id", "prompt", "kind", "answer", "code_prefix", "test", "entry_point"]
+#: loader options that may name a dataset id
+DATA_KEYS = ("source", "base_source")
 # optional columns, written only when a loader fills them (docs/ARCHITECTURE.md, File contracts)
 OPTIONAL_COLUMNS = ["response_prefix", "plus_test", "choices", "subtask",
                     "lm_eval"]  # an lm-eval task's doc, options and stop strings (lmeval/campaign.py)
@@ -90,23 +94,76 @@ def select(rows: list[dict], limit: int | None = None, ids: list[str] | None = N
     return rows
 
 
+def dataset_options(options: dict) -> dict[str, str]:
+    """The loader options naming a dataset id (not a local file): option -> id."""
+    from .spec import is_dataset_id
+
+    return {k: v for k, v in options.items() if k in DATA_KEYS and is_dataset_id(v)}
+
+
+def pin_datasets(options: dict, revision: str | None) -> dict:
+    """``options`` with every dataset id pinned to the commit its revision names (``revision``,
+    else one the id names, else main: dlmpipe/hub.py), so that what is read is what is
+    recorded."""
+    from ..hub import Repo, resolve
+    from .sources import parse_dataset_id, pin_dataset_id
+
+    pinned = dict(options)
+    for key, value in dataset_options(options).items():
+        repo, own, _ = parse_dataset_id(value)
+        pinned[key] = pin_dataset_id(value, resolve(Repo(repo, revision or own or "main", "dataset")))
+    return pinned
+
+
+def dataset_sources(options: dict) -> dict[str, dict]:
+    """What a task's table records of the dataset ids it read: option -> repository, commit
+    and config (its options pinned, ``pin_datasets``)."""
+    from .sources import parse_dataset_id
+
+    out = {}
+    for key, value in dataset_options(options).items():
+        repo, commit, config = parse_dataset_id(value)
+        out[key] = {"repo": repo, "commit": commit, **({"config": config} if config else {})}
+    return out
+
+
 def load_task(name: str, **options) -> list[dict]:
+    """A task's rows: its loader's with ``options``, then ``ids``/``limit`` selected; dataset
+    ids are read at the commit ``revision`` names (``pin_datasets``)."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
     limit, ids = options.pop("limit", None), options.pop("ids", None)
+    revision = options.pop("revision", None)
     unknown = sorted(set(options) - set(loader_options(name)))
     if unknown:
         raise ValueError(f"task {name!r} takes no option(s) {', '.join(unknown)}; its options: "
-                         f"{', '.join(loader_options(name) + ['limit', 'ids'])}")
+                         f"{', '.join(loader_options(name) + ['limit', 'ids', 'revision'])}")
+    if dataset_options(options):
+        options = pin_datasets(options, revision)
     rows = select(TASKS[name](**options), limit=limit, ids=ids)
     columns = TASK_COLUMNS + [c for c in OPTIONAL_COLUMNS if any(c in r for r in rows)]
     return [{c: str(r.get(c, "") or "") for c in columns} for r in rows]
 
 
-def write_task_table(rows: list[dict], out: str | Path) -> None:
+def write_task_table(rows: list[dict], out: str | Path, sources: dict | None = None) -> None:
+    """``sources``: the dataset ids read and their commits (``dataset_sources``), recorded in
+    the table's metadata (``SOURCES_KEY``) for every job's provenance."""
     columns = TASK_COLUMNS + [c for c in OPTIONAL_COLUMNS if rows and c in rows[0]]
-    table = pa.Table.from_pylist(rows, schema=pa.schema([(c, pa.string()) for c in columns]))
+    metadata = {SOURCES_KEY: json.dumps(sources, sort_keys=True)} if sources else None
+    table = pa.Table.from_pylist(rows, schema=pa.schema([(c, pa.string()) for c in columns],
+                                                        metadata=metadata))
     atomic_write_parquet(out, table)
+
+
+def prepare_task(name: str, options: dict, out: str | Path) -> None:
+    """The prepare-task job: the task's rows as a table, recording the commit of every dataset
+    id it read."""
+    options = dict(options)
+    revision = options.pop("revision", None)
+    if dataset_options(options):
+        options = pin_datasets(options, revision)
+    write_task_table(load_task(name, **options), out, dataset_sources(options))
+
 
 
 def read_task_table(path: str | Path) -> list[dict]:

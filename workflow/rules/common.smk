@@ -68,19 +68,32 @@ def in_campaign_order(value):
 
 def checkpoint_dir(backbone):
     """Where a backbone's weights live: trained by the workflow (toy), shipped with dlmpipe
-    (dlmpipe/shipped/<name>) or a local directory."""
+    (dlmpipe/shipped/<name>), a local directory or a Hub checkpoint's snapshot in the Hugging
+    Face cache (its commit's, once fetch_backbone has fetched it)."""
     if CAMPAIGN.is_toy(backbone):
         return f"{R}/checkpoints/{backbone}"
     return str(CAMPAIGN.checkpoint_path(backbone))
 
 
 def backbone_input(wildcards):
-    """The trained toy directory, or every file of a shipped or local checkpoint directory (so
-    replacing weights or tokenizer re-checks it and reruns what decoded with it)."""
+    """The trained toy directory, a Hub checkpoint's fetch record (its commit in the params:
+    another commit fetches and reruns), or every file of a shipped or local checkpoint
+    directory (so replacing weights or tokenizer re-checks it and reruns what decoded with it)."""
     if CAMPAIGN.is_toy(wildcards.backbone):
         return {"checkpoint": checkpoint_dir(wildcards.backbone)}
+    if CAMPAIGN.is_hub(wildcards.backbone):
+        return {"checkpoint": hub_record(wildcards.backbone)}
     files = Path(checkpoint_dir(wildcards.backbone)).iterdir()
     return {"checkpoint": sorted(str(f) for f in files if f.is_file() and not f.name.startswith("."))}
+
+
+def hub_record(backbone):
+    return f"{R}/backbones/{backbone}/hub.json"
+
+
+def hub_flag(wildcards):
+    """prepare-backbone's --hub: a Hub checkpoint's fetch record (its manifest records it)."""
+    return f"--hub {hub_record(wildcards.backbone)}" if CAMPAIGN.is_hub(wildcards.backbone) else ""
 
 
 def task_input(wildcards):
@@ -92,7 +105,10 @@ def task_input(wildcards):
     # an lm-eval task's local data (benchmark lm_eval: dataset_kwargs.data_files, split -> file)
     data = (options.get("dataset_kwargs") or {}).get("data_files") or {}
     files += list(data.values()) if isinstance(data, dict) else [data]
-    return [f for f in files if isinstance(f, str) and f and Path(f).expanduser().exists()]
+    local = [f for f in files if isinstance(f, str) and f and Path(f).expanduser().exists()]
+    # its dataset ids, fetched (rules/hub.smk)
+    fetched = CAMPAIGN.hub_fetches("tasks", wildcards.task)
+    return ([f"{R}/tasks/{wildcards.task}.hub.json"] if fetched else []) + local
 
 
 def generate_params(wildcards):

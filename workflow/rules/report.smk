@@ -45,7 +45,7 @@ rule summarize:
         "python -m dlmpipe summarize --scores {input.scores} --timing {input.timing}"
         " --reference {params.reference} --also-against {params.also_against} --seed {params.seed}"
         " --out-parquet {output.parquet} --out-csv {output.csv} --out-html {output.html}"
-        " --out-isolation {output.isolation} > {log} 2>&1"
+        " --out-isolation {output.isolation} > {log} 2>&1 || show_failure {log}"
 
 
 rule plot:
@@ -73,4 +73,4 @@ rule plot:
         # index.html beside the plots: the report's landing page (workflow/report/workflow.rst)
         "{{ python -m dlmpipe plot --summary {input} --out-dir {output} &&"
         " python -m dlmpipe headline --summary {input} --plots {output}"
-        " --out {output}/index.html; }} > {log} 2>&1"
+        " --out {output}/index.html; }} > {log} 2>&1 || show_failure {log}"

@@ -23,6 +23,6 @@ rule score:
         "../../envs/score.yaml"
     shell:
         "python -m dlmpipe score --generations {input.generations} --task-file {input.task}"
-        " --out {output} --workers {threads} --sandbox {params.sandbox} > {log} 2>&1"
         # a failure's reason (e.g. no usable sandbox: nothing ran) in Snakemake's own output too
-        " || {{ tail -n 12 {log} >&2; exit 1; }}"
+        " --out {output} --workers {threads} --sandbox {params.sandbox}"
+        " > {log} 2>&1 || show_failure {log}"

@@ -23,4 +23,4 @@ rule svd:
         "../../envs/generate.yaml"
     shell:
         "python -m dlmpipe svd --path {params.path:q} --name {wildcards.backbone}"
-        " --sha256 {params.sha256:q} --out {output} > {log} 2>&1"
+        " --sha256 {params.sha256:q} --out {output} > {log} 2>&1 || show_failure {log}"

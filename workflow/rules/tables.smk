@@ -37,7 +37,8 @@ if TABLES:
             "../../envs/analysis.yaml"
         shell:
             "python -m dlmpipe tables --summary {input} --tables {params.tables:q}"
-            " --campaign {params.campaign:q} --out-dir {params.out_dir} > {log} 2>&1"
+            " --campaign {params.campaign:q} --out-dir {params.out_dir}"
+            " > {log} 2>&1 || show_failure {log}"
 
 
 rule plot_sweeps:
@@ -68,4 +69,4 @@ rule plot_sweeps:
         "../../envs/analysis.yaml"
     shell:
         "python -m dlmpipe plot-sweeps --summary {input} --sweeps {params.sweeps:q}"
-        " --out-dir {output} > {log} 2>&1"
+        " --out-dir {output} > {log} 2>&1 || show_failure {log}"

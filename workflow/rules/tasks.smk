@@ -17,4 +17,4 @@ rule prepare_task:
         "../../envs/score.yaml"
     shell:
         "python -m dlmpipe prepare-task --name {params.benchmark:q} --options {params.options:q}"
-        " --out {output} > {log} 2>&1"
+        " --out {output} > {log} 2>&1 || show_failure {log}"
