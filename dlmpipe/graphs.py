@@ -22,10 +22,23 @@ buffers, so the captured graph always reads the same memory; the caller passes `
 which must change whenever the state ``fn`` reads is reallocated or a host value ``fn`` reads
 changes (a graph bakes in the addresses and host values of its capture). The returned tensors
 are the runner's static outputs: valid until its next call.
+
+One graph per runner, for the latest shape key: a new key (another prompt length, reallocated
+state) releases the old graph and captures anew into a memory pool of its own; no pool is shared
+or reused, as a pool whose graph was released cannot take a new capture (CUDA's caching
+allocator asserts). Shapes are not bucketed (padding would change the rounding, and with it
+tokens): a job whose prompts have many lengths captures once per change of length, a warm-up
+and a capture, about two eager steps, against the sample's tens to hundreds of replayed ones;
+keeping older graphs would buy nothing, as the state they read (Archer's K/V buffer) is
+reallocated for each length. A capture that fails (an operation a graph cannot hold, memory)
+warns and runs that key eagerly: the same tokens, without the launch savings; the failed
+capture is unwound first (``capture_cuda``) so the process stays usable.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import warnings
 from typing import Callable
 
 import torch
@@ -47,23 +60,59 @@ def check_device(mode: str, device: torch.device) -> None:
                          f"(use compile: none or torch_compile there)")
 
 
-def capture_cuda(fn: Callable, inputs: tuple[Tensor, ...], pool) -> tuple[Callable[[], None], object]:
-    """Capture ``fn(*inputs)`` as a CUDA graph; returns (replay, static outputs). One eager run on
-    a side stream first does the lazy initializations (cuBLAS workspaces, kernel choices) that
-    must not happen inside a capture (PyTorch's CUDA graph recipe); ``fn`` must be idempotent."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn(*inputs)
-    torch.cuda.current_stream().wait_stream(side)
+class CaptureFailed(RuntimeWarning):
+    """A step could not be captured; it runs eagerly for that shape key."""
+
+
+class CaptureStateLost(RuntimeError):
+    """A failed capture could not be unwound: the process cannot go on (not caught by the runner)."""
+
+
+def capture_cuda(fn: Callable, inputs: tuple[Tensor, ...]) -> tuple[Callable[[], None], object]:
+    """Capture ``fn(*inputs)`` as a CUDA graph in a memory pool of its own, freed with the graph;
+    returns (replay, static outputs). One eager run on a side stream first does the lazy
+    initializations (cuBLAS workspaces, kernel choices) that must not happen inside a capture
+    (PyTorch's CUDA graph recipe); ``fn`` must be idempotent. A failed capture is unwound before
+    its error is raised: the caller's stream is current again and ``end_failed_capture`` undoes
+    what the capture left behind."""
+    device = inputs[0].device
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    pool = torch.cuda.graph_pool_handle()  # a new pool for every capture, never one released
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        out = fn(*inputs)
+    with torch.cuda.device(device), torch.cuda.stream(side):  # leaving restores the caller's stream
+        fn(*inputs)
+        try:
+            with torch.cuda.graph(graph, pool=pool, stream=side):
+                out = fn(*inputs)
+        except Exception:
+            end_failed_capture(device, pool)
+            raise
+    torch.cuda.current_stream(device).wait_stream(side)
     return graph.replay, out
 
 
-#: device type -> capture function for ``cuda_graphs`` (tests register a CPU stand-in that
-#: replays the recorded operations on the same tensors, to check the capture logic on a CPU)
+def end_failed_capture(device: torch.device, pool) -> None:
+    """Undo what a failed capture leaves behind, which torch 2.11 does not (a failed
+    ``capture_end`` skips its clean-up): the caching allocator still routing allocations to the
+    capture's pool, and the device's default generator in capture mode, which makes every later
+    random draw outside a graph raise ("Offset increment outside graph capture"). A small capture
+    run to completion takes the generator out of capture mode (its ``capture_end`` does)."""
+    with contextlib.suppress(RuntimeError):  # "not currently recording": torch ended it itself
+        torch._C._cuda_endAllocateToPool(device.index, pool)
+    try:
+        probe, scratch = torch.cuda.CUDAGraph(), torch.zeros(1, device=device)
+        with torch.cuda.graph(probe):
+            scratch.add_(1)
+    except Exception as e:
+        raise CaptureStateLost(f"compile: cuda_graphs: a failed capture left CUDA in a state that "
+                               f"could not be restored ({type(e).__name__}: {e}); run the job "
+                               f"again with compile: none") from e
+
+
+#: device type -> capture function ``(fn, inputs) -> (replay, outputs)`` for ``cuda_graphs``
+#: (tests register a CPU stand-in that replays the recorded operations on the same tensors, to
+#: check the capture logic on a CPU)
 CAPTURE: dict[str, Callable] = {"cuda": capture_cuda}
 
 
@@ -76,7 +125,6 @@ class StepRunner:
         self.replay: Callable[[], None] | None = None
         self.static_inputs: tuple[Tensor, ...] = ()
         self.out = None
-        self.pool = None
         self.compiled: Callable | None = None
         self.captures = 0  # how many times a graph was captured (statistics, tests)
 
@@ -93,6 +141,8 @@ class StepRunner:
         key = (tuple((t.shape, t.dtype, t.device) for t in inputs), state_key)
         if key != self.key:
             self._capture(inputs, key)
+        if self.replay is None:  # this key's capture failed: eagerly
+            return self.fn(*inputs)
         for static, t in zip(self.static_inputs, inputs):
             if static.data_ptr() != t.data_ptr():  # host metadata only: no sync
                 static.copy_(t)
@@ -102,12 +152,20 @@ class StepRunner:
     def _capture(self, inputs: tuple[Tensor, ...], key) -> None:
         device = inputs[0].device
         check_device("cuda_graphs", device)
-        self.replay = self.out = None  # release the previous graph before capturing the next
-        if self.pool is None and device.type == "cuda":
-            self.pool = torch.cuda.graph_pool_handle()
-        self.static_inputs = tuple(t.clone() for t in inputs)
-        self.replay, self.out = CAPTURE[device.type](self.fn, self.static_inputs, self.pool)
         self.key = key
+        self.replay = self.out = None  # release the previous graph (and its pool) first
+        self.static_inputs = tuple(t.clone() for t in inputs)
+        try:
+            self.replay, self.out = CAPTURE[device.type](self.fn, self.static_inputs)
+        except CaptureStateLost:
+            raise
+        except Exception as e:
+            name = getattr(self.fn, "__qualname__", repr(self.fn))
+            warnings.warn(f"compile: cuda_graphs: capturing {name} failed ({type(e).__name__}: {e}); "
+                          f"it runs eagerly for these shapes (the same tokens, without the launch "
+                          f"savings)", CaptureFailed, stacklevel=3)
+            self.static_inputs = ()
+            return
         self.captures += 1
 
     def _compiled(self, device: torch.device) -> Callable:
@@ -115,3 +173,31 @@ class StepRunner:
             options = {"mode": "reduce-overhead"} if device.type == "cuda" else {}
             self.compiled = torch.compile(self.fn, fullgraph=True, **options)
         return self.compiled
+
+
+#: Kernel launches of one cached step, eager, per cache setting (tests/host_sync.py's
+#: ``CACHE_READS`` labels): ``(per layer, constant)``, the step at L layers launching at most
+#: ``per_layer * L + constant`` (docs/ARCHITECTURE.md, performance shape). Counted on the CPU
+#: as the ATen operations the step dispatches with a GPU's plain ops, views and allocations
+#: aside (tests/test_launches.py, on a tiny model of 2 and 32 layers); on a GPU each is a
+#: kernel launch, which a captured step (``cuda_graphs``) replays in one. A launch added to
+#: every layer fails the test: lower a budget here when a change removes launches, raise one
+#: only with the reason in the commit. "none" is the full forward every cache refreshes with.
+LAUNCHES: dict[str, tuple[int, int]] = {
+    # measured at 2 / 32 layers (d_model 16, bf16): per layer = 6 products, 2 norms, RoPE on
+    # queries and keys, SDPA, SiLU and their dtype casts (42); a cache's own reads and writes
+    # of its K/V or rows on top
+    "none": (42, 22),               # 106 / 1366: the full forward
+    "archer-kinf": (44, 11),        # 99 / 1419: + 2 K/V writes per layer
+    "archer-k4": (44, 14),          # 102 / 1422
+    "archer-age": (44, 11),         # 99 / 1419
+    "fast_dllm_prefix": (44, 23),   # 111 / 1431
+    "fast_dllm_dual": (44, 23),     # 111 / 1431
+    "fast_dllm_v2": (62, 26),       # 150 / 2010 (SDAR: q/k norms, the finished prefix's K/V)
+    "dkv_decode": (44, 40),         # 128 / 1448
+    "dkv_greedy": (44, 47),         # 135 / 1455
+    "spa": (65, -2),                # 128 / 2068: + per layer the drift, top-k and scatters
+    "dllm_cache": (65, -4),         # 126 / 2076
+    "d2cache": (56, 104),           # 216 / 1896: + per layer the attention probabilities
+    "dinfer_vicinity": (44, 23),    # 111 / 1431
+}

@@ -1,14 +1,39 @@
 """Counting host reads (device -> host synchronizations) on a CPU, and replaying captured steps.
 
-On a GPU a host read waits for the device to finish everything queued: ``.item()``, ``int(t)``,
-``bool(t)``, ``.tolist()``, ``.cpu()``, ``nonzero`` and boolean-mask indexing (whose result size
-is data-dependent), and tensors built from host data (``torch.tensor``; a copy from pageable
-memory). ``torch.cuda.set_sync_debug_mode`` catches them on a GPU (benchmarks/device_check.py
-does); on a CPU nothing synchronizes, so ``HostReads`` finds the same calls at the level they
-happen: the ATen operations a read dispatches (a ``TorchDispatchMode``) and the Python methods
-that read without one (``tolist``, ``cpu``, ``numpy``, ``torch.tensor``).
+On a GPU a host read waits for the device to finish everything queued;
+``torch.cuda.set_sync_debug_mode`` catches them there (benchmarks/device_parts.py, part 4). On a
+CPU nothing synchronizes, so ``HostReads`` finds the same calls at the level they happen (a
+``TorchDispatchMode`` over the ATen operations, and the Python methods that read without one).
+The rule, every case of which waits for the device on CUDA:
 
-``ReplayGraph`` stands in for a CUDA graph on a CPU (registered as ``dlmpipe.graphs.CAPTURE
+1. A scalar read: an ATen operation tagged ``data_dependent_output`` (``item``,
+   ``_local_scalar_dense``: ``.item()``, ``int(t)``, ``float(t)``, ``bool(t)``, ``if t``) or one
+   that compares on the host (``is_nonzero``, ``equal``, ``allclose``); a kernel that checks its
+   argument on the host (``multinomial``: two reads when it draws one sample or any without
+   replacement); and the Python methods that copy to host memory without an ATen operation
+   here: ``tolist``, ``cpu``, ``numpy``.
+2. A size that depends on the data: an operation tagged ``dynamic_output_shape`` (``nonzero``,
+   ``torch.where(c)`` with one argument, ``argwhere``, ``masked_select``, ``unique``,
+   ``bincount``, ``repeat_interleave`` without ``output_size``), and boolean-mask indexing
+   ``t[mask]`` and ``t[mask] = v`` (a ``nonzero`` inside; counted even where CUDA's
+   ``index_put_`` would turn a scalar ``v`` into ``masked_fill``: write that). Indexing with
+   integer tensors has a fixed size and is free (``aten.index`` is tagged for its boolean case).
+3. A host value copied to the device: ``torch.tensor``/``torch.as_tensor`` (host data), and a
+   Python value or list assigned or indexed through ``[]``: ``t[i] = 1.0`` on a 1-d ``t``,
+   ``t[idx] = True``, ``t[[1, 2]]`` build the value in pageable host memory (``aten.lift_fresh``
+   here; PyTorch keeps it there for a CUDA ``t``) and copy it over synchronously (``copy_``,
+   ``index_put_``, ``index``). A scalar passed as a kernel argument is free: ``t[a:b] = 1.0`` and
+   ``t[i] = 1.0`` on a 2-d ``t`` (``fill_``), ``masked_fill``, ``index_fill``, ``scatter``,
+   ``torch.where(c, t, 0.0)``; so is a tensor already on the device (``t[i] = u[j]``).
+
+Not seen here: ``.to("cpu")`` (on a CPU the same as ``.to(device)``; write ``.cpu()``), other
+kernels' host-side checks (``torch.linalg``'s error checks: none runs in a step) and an explicit
+``torch.cuda.synchronize``. Counted here though free on CUDA: rule 3 on a tensor a step keeps on
+the CPU on purpose (here every tensor is), and rule 2's ``t[mask] = scalar``.
+``per_step_reads`` counts the whole of each update (``Decoding.step``: the seams and the loop's
+own code between them).
+
+``replay_capture`` stands in for a CUDA graph on a CPU (registered as ``dlmpipe.graphs.CAPTURE
 ["cpu"]`` by the tests): it records the ATen operations of one call with the very tensors they
 ran on and replays them on the same tensors, like a graph, so a step that reads state the
 capture did not see (a tensor reallocated after it, a host value that changed) or reads
@@ -17,28 +42,72 @@ something back to the host fails as it would on a GPU.
 from __future__ import annotations
 
 import contextlib
+import functools
 import traceback
 import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
 
 from dlmpipe import registry
 
 aten = torch.ops.aten
-READ_OPS = {aten._local_scalar_dense, aten.is_nonzero, aten.nonzero, aten.masked_select,
-            aten.equal, aten._unique2, aten.unique_consecutive, aten.unique_dim}
-INDEX_OPS = {aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_}
+#: rule 1 besides the tagged operations; ``multinomial`` checks its probabilities with two
+#: scalar reads inside its kernel (drawing one sample, or any without replacement)
+SCALAR_READS = {aten.is_nonzero, aten.equal, aten.allclose}
+KERNEL_READS = {aten.multinomial.default: 2}
+#: rule 2 besides the tagged operations: what inference mode (the decode loop's) passes to a
+#: dispatch mode undecomposed; ``repeat_interleave`` is free given ``output_size``
+SIZED_BY_DATA = {aten.where.default, aten.nonzero_numpy.default}
+REPEATS = {aten.repeat_interleave.Tensor, aten.repeat_interleave.self_Tensor}
+INDEX_WRITES = {aten.index_put, aten.index_put_, aten._index_put_impl_}
+#: rule 3: what builds a tensor from a host value, and what copies such a tensor to the device
+HOST_BUILT = {aten.lift_fresh, aten.lift_fresh_copy}
+HOST_COPIES = {aten.copy_, aten._to_copy, aten.index, *INDEX_WRITES}
 
 
-def is_host_read(func, args) -> bool:
-    if func.overloadpacket in READ_OPS:
-        return True
-    if func.overloadpacket in INDEX_OPS:  # a boolean mask index is a nonzero inside
-        indices = args[1] if len(args) > 1 else []
-        return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices if i is not None)
-    return False
+def _masks(indices) -> bool:
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices)
+
+
+@functools.cache
+def kind(func) -> str | None:
+    """Which rule can apply to an ATen operation (fixed per operation, so looked up once): "read"
+    (always one), "kernel" (``KERNEL_READS``), "repeat", "index" (rule 2 with a boolean mask,
+    rule 3 with a host-built index or value), "copy" (rule 3), "built" (makes a host-built
+    tensor), or None."""
+    op = func.overloadpacket
+    if func in KERNEL_READS:
+        return "kernel"
+    if op in SCALAR_READS or func in SIZED_BY_DATA or torch.Tag.data_dependent_output in func.tags:
+        return "read"
+    if op is aten.index or op in INDEX_WRITES:
+        return "index"
+    if func in REPEATS:
+        return "repeat"
+    if torch.Tag.dynamic_output_shape in func.tags:
+        return "read"
+    return "copy" if op in HOST_COPIES else "built" if op in HOST_BUILT else None
+
+
+def reads_of(func, args, kwargs, host_built) -> int:
+    """How many host reads one ATen call makes on CUDA (the module docstring's rules), given the
+    tensors built from host values so far (``host_built``)."""
+    k = kind(func)
+    if k in (None, "built"):
+        return 0
+    if k == "read":
+        return 1
+    if k == "kernel":
+        replacement = args[2] if len(args) > 2 else kwargs.get("replacement", False)
+        return KERNEL_READS[func] if not replacement or args[1] == 1 else 0
+    if k == "repeat":
+        return int(kwargs.get("output_size") is None)
+    if k == "index" and _masks(args[1]):
+        return 1
+    return int(any(isinstance(a, torch.Tensor) and a in host_built for a in tree_flatten((args, kwargs))[0]))
 
 
 class HostReads(TorchDispatchMode):
@@ -50,6 +119,7 @@ class HostReads(TorchDispatchMode):
         self.count = 0
         self.active = 0
         self.where: list[str] = []
+        self.host_built = WeakIdKeyDictionary()
 
     def record(self, what: str) -> None:
         if self.active:
@@ -59,9 +129,14 @@ class HostReads(TorchDispatchMode):
                                                         for f in reversed(frames)))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if is_host_read(func, args):
-            self.record(str(func))
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        if self.active and kind(func):
+            for _ in range(reads_of(func, args, kwargs, self.host_built)):
+                self.record(str(func))
+        out = func(*args, **kwargs)
+        if self.active and kind(func) == "built":  # (inside a patched torch.tensor: counted there)
+            self.host_built[out] = True
+        return out
 
     @contextlib.contextmanager
     def paused(self):
@@ -145,23 +220,19 @@ CACHE_READS = {label: ({"name": n, **params}, first, later)
 
 
 def per_step_reads(counter, model, sampler, cache, prompt, gen_len: int = 16):
-    """Decode with the real loop, counting host reads inside each step's seam calls;
-    returns (result, reads per step)."""
-    from dlmpipe.decode import decode
+    """Decode with the real loop's state (``Decoding``), counting host reads inside each whole
+    update (the seams and the loop's code between them); returns (response, reads per step)."""
+    from dlmpipe.decode import Decoding
 
     steps: list[int] = []
-    for obj, name in ((cache, "note_due_positions"), (sampler, "due_positions"),
-                      (cache, "note_shadow_block"), (sampler, "shadow_block"),
-                      (cache, "response_logits")):
-        setattr(obj, name, counted(counter, getattr(obj, name)))
-    inner = counted(counter, sampler.step)
-
-    def step(x, logits):
-        inner(x, logits)
-        steps.append(counter.count - sum(steps))
-    sampler.step = step
-    out = decode(model, sampler, cache, prompt, gen_len, torch.Generator().manual_seed(0))
-    return out, steps
+    with torch.inference_mode():
+        run = Decoding(model, sampler, cache, prompt, gen_len, torch.Generator().manual_seed(0))
+        while not run.done:
+            before = counter.count
+            with counter.counting():
+                run.step()
+            steps.append(counter.count - before)
+    return run.response, steps
 
 
 def expected_reads(sampler: str, cache_id: str, n_steps: int) -> list[int]:
@@ -178,18 +249,21 @@ class _Recorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.ops: list[tuple] = []
+        self.host_built = WeakIdKeyDictionary()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if is_host_read(func, args):
+        if kind(func) and reads_of(func, args, kwargs, self.host_built):
             raise HostReadInCapture(f"{func} inside a captured step (a host sync: a CUDA graph "
                                     f"capture fails on it)")
         out = func(*args, **kwargs)
+        if kind(func) == "built":
+            self.host_built[out] = True
         self.ops.append((func, args, kwargs, out))
         return out
 
 
-def replay_capture(fn, inputs, pool):
+def replay_capture(fn, inputs):
     """``dlmpipe.graphs.CAPTURE`` entry for the CPU: record one call, replay it on the same
     tensors. Each replayed operation writes its result into the tensor the recorded one returned,
     so later operations read the new values, as a graph's kernels read the same buffers."""
@@ -206,3 +280,68 @@ def replay_capture(fn, inputs, pool):
                 if isinstance(o, torch.Tensor) and o is not n:
                     o.copy_(n)
     return replay, out
+
+
+# ---- kernel launches of a step, counted on the CPU --------------------------------------------
+#: operations that launch no kernel on CUDA: allocations (views are skipped by ``is_view``)
+NO_KERNEL = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
+             aten.new_empty.default, aten.new_empty_strided.default}
+
+
+class Launches(TorchDispatchMode):
+    """Counts the ATen operations that would each launch a kernel on CUDA: every dispatched
+    operation but views and allocations (an operation that may alias, such as ``to``, counts
+    when it copied). A stand-in for the kernels an eager step launches (one
+    operation may launch more than one kernel there, SDPA's for instance): what the launch
+    budgets of ``dlmpipe.graphs.LAUNCHES`` are stated in. ``ops`` counts them by operation, for
+    the failure message."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.ops: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in NO_KERNEL or func.is_view and _aliases(out, args):
+            return out
+        self.count += 1
+        self.ops[str(func)] = self.ops.get(str(func), 0) + 1
+        return out
+
+
+def _aliases(out, args) -> bool:
+    """Whether a view operation returned a view (``to``, ``reshape``, ``contiguous`` are tagged
+    as views but copy when they must: a dtype change, a strided input)."""
+    first = args[0] if args else None
+    return (isinstance(out, torch.Tensor) and isinstance(first, torch.Tensor)
+            and out.untyped_storage().data_ptr() == first.untyped_storage().data_ptr())
+
+
+def launches_per_call(model, sampler, cache, prompt, gen_len: int = 8,
+                      max_cached: int = 6) -> list[tuple[bool, int]]:
+    """Decode with the real loop, counting the launches of each ``response_logits`` call with the
+    plain ops a GPU runs (``rowwise.plain_ops``: the CPU's row-invariant path splits products into
+    chunks, which a GPU does not); returns ``(cached, launches)`` per call, ``cached`` when the
+    call took the cache's cached path (``stats.cached_forwards`` grew), always for the full
+    recompute (which has no other). Stops after ``max_cached`` cached calls."""
+    from dlmpipe.backbones import rowwise
+    from dlmpipe.decode import Decoding
+
+    calls: list[tuple[bool, int]] = []
+    original = cache.response_logits
+
+    def counted_call(x, block):
+        before = cache.stats.cached_forwards
+        with Launches() as launches:
+            out = original(x, block)
+        full_only = type(cache).__name__ == "FullRecompute"
+        calls.append((full_only or cache.stats.cached_forwards > before, launches.count))
+        return out
+
+    cache.response_logits = counted_call
+    with torch.inference_mode(), rowwise.plain_ops():
+        run = Decoding(model, sampler, cache, prompt, gen_len, torch.Generator().manual_seed(0))
+        while not run.done and sum(c for c, _ in calls) < max_cached:
+            run.step()
+    return calls

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dlmpipe.methods import build_sampler
-from dlmpipe.samplers.dream import confidence_of, filter_logits, transfer_fractions
+from dlmpipe.samplers.dream import confidence_of, draw, filter_logits, transfer_fractions
 
 from .models import HAND_MASK as MASK
 from .models import HAND_PROMPT as P
@@ -120,6 +120,16 @@ def test_sampled_tokens_come_from_the_filtered_distribution():
 
 
 # ---- randomness ---------------------------------------------------------------------------------
+def test_a_token_is_drawn_as_torch_multinomial_draws_it():
+    """The same tokens as the released code's ``torch.multinomial(probs, 1)`` from the same
+    generator, filtered rows (exact zeros) included, without its host reads."""
+    g = torch.Generator().manual_seed(7)
+    for seed in range(20):
+        probs = torch.softmax(filter_logits(3 * torch.randn(16, V, generator=g), 0.2, 0.95, None), -1)
+        want = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed))[:, 0]
+        assert torch.equal(draw(probs, torch.Generator().manual_seed(seed)), want)
+
+
 def test_alg_temp_draws_without_replacement_by_softmax_of_confidence_reproducibly():
     logits = logits_for([4, 5, 6, 7], [0.6, 0.3, 0.3, 0.3])
     spec = {"name": "dream", "alg": "maskgit_plus", "steps": 2, "alg_temp": 0.3}

@@ -72,7 +72,7 @@ def nucleus(scores: Tensor, top_p: float, candidates: Tensor) -> Tensor:
     probs = s / (s.sum() + 1e-9)
     ordered, order = torch.sort(probs, descending=True)
     keep = ordered.cumsum(0) <= top_p
-    keep[0] = True
+    keep[0].fill_(True)  # (not ``keep[0] = True``: on CUDA a copy from the host, a sync)
     keep &= candidates[order]
     return torch.zeros_like(candidates).scatter_(0, order, keep)
 
@@ -178,7 +178,7 @@ class D2Cache(RowKVCache):
             q = inflate(q, self.inflate_w)
         # 5. (dlmpipe) the logit rows of what the next update may decode
         if self.due is not None:
-            q[f + self.due] = True
+            q.index_fill_(0, f + self.due, True)
         else:
             due = torch.zeros_like(masked)
             due[block[0]:block[1]] = masked[block[0]:block[1]]

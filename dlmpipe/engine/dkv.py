@@ -106,8 +106,7 @@ class DKVGreedyCache(DKVCache):
         if self.due is None:
             return super().served_mask(masked)
         lo, hi = self.block
-        due = torch.zeros_like(masked)
-        due[self.due.to(masked.device)] = True
+        due = torch.zeros_like(masked).index_fill(0, self.due.to(masked.device), True)
         due[:lo] = False
         due[hi:] = False
         return due & masked

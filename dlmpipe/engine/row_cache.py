@@ -79,8 +79,8 @@ class RowKVCache(Cache):
     def _serve(self, h: Tensor | None, rows: Tensor, serve: Tensor) -> Tensor:
         """Write the logits of response positions ``serve`` (from hidden rows ``h`` of absolute
         ``rows``) into the buffer; the rows served last time go back to NaN."""
-        if self.served is not None:
-            self.logits[self.served] = float("nan")
+        if self.served is not None:  # (index_fill_: a Python value assigned through [] is a host copy)
+            self.logits.index_fill_(0, self.served, float("nan"))
         if serve.numel():
             source = serve + self.model.first_logit_row(self.prompt_len)  # the row predicting each
             at = torch.searchsorted(rows, source)

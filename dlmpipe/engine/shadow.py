@@ -40,8 +40,7 @@ def shadow_inputs(model: Backbone, x: Tensor, lo: int, hi: int) -> tuple[Tensor,
     if s:
         ids[0] = x[lo - 1]  # the row before the block keeps its token
     sees = torch.ones(positions.numel(), x.shape[0], dtype=torch.bool, device=x.device)
-    k = torch.arange(hi - lo, device=x.device)
-    sees[k, lo + k] = False  # the row verifying lo + k never sees that token
+    sees[:, lo:hi].diagonal().fill_(False)  # the row verifying lo + k never sees that token
     return (ids, *model.rope(positions), sees)
 
 

@@ -18,7 +18,8 @@ G) walk the times ``t = linspace(1, eps, steps + 1)``; step ``i`` goes from ``t_
 Like the released code, the MASK token is not excluded: a position given MASK stays masked and
 is a candidate again at the next step. The state stays on the logits' device and no step waits
 for the device (counts and selections are tensors; the draw without replacement is Gumbel top-k,
-the same distribution as ``torch.multinomial`` without replacement).
+the same distribution as ``torch.multinomial`` without replacement; a token is drawn as
+``torch.multinomial`` draws it, without its checks' host reads).
 """
 from __future__ import annotations
 
@@ -54,6 +55,13 @@ def confidence_of(probs: Tensor, tokens: Tensor, alg: str) -> Tensor:
     if alg == "entropy":
         return (probs * torch.log(probs + 1e-10)).sum(-1)
     return probs.gather(-1, tokens[..., None])[..., 0]
+
+
+def draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One token per row from ``probs``, as ``torch.multinomial(probs, 1)`` draws it (its kernel:
+    ``argmax(probs / q)``, ``q ~ Exp(1)`` from the same generator, so the same tokens) without
+    the kernel's two host reads checking ``probs`` (docs/METHODS.md §1.5)."""
+    return (probs / torch.empty_like(probs).exponential_(1, generator=generator)).argmax(-1)
 
 
 def transfer_fractions(steps: int, eps: float) -> Tensor:
@@ -107,7 +115,7 @@ class DreamSampler(Sampler):
         logits = torch.where(masked[:, None], logits, 0.0)
         probs = torch.softmax(filter_logits(logits, self.temperature, self.top_p, self.top_k), -1)
         if self.temperature > 0:
-            tokens = torch.multinomial(probs, 1, generator=self._generator(device))[:, 0]
+            tokens = draw(probs, self._generator(device))
         else:
             tokens = probs.argmax(-1)
 

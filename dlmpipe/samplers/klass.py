@@ -101,8 +101,8 @@ class KLASS(LLaDASchedule):
         k = min(k, self.remaining)
         by_confidence = confidence.masked_fill(~candidates, float("-inf"))
         fallback = torch.zeros_like(candidates)
-        if k > 0:
-            fallback[torch.topk(by_confidence, k).indices] = True
+        if k > 0:  # (index_fill: a Python value assigned through [] is a host copy on CUDA)
+            fallback.index_fill_(0, torch.topk(by_confidence, k).indices, True)
         any_ready = ready.any()
         if last and owed > 0:
             rest = by_confidence.masked_fill(ready, float("-inf"))

@@ -72,7 +72,7 @@ def load_reference_corpus(path: str | Path) -> tuple[int, dict[int, int]]:
     ``token_frequency_dict``, the key the released counting script writes)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"pc_sampler: reference corpus {str(path)!r} not found "
+        raise FileNotFoundError(f"pc_sampler: reference corpus {str(path.absolute())!r} not found "
                                 f"(baseline_name; docs/METHODS.md §1.7)")
     data = json.loads(path.read_text(encoding="utf-8"))
     key = next((k for k in COUNT_KEYS if isinstance(data, dict) and k in data), None)

@@ -67,8 +67,8 @@ class Saber(Sampler):
         candidate = ~self.committed & (self.positions < edge)
         accept = candidate & (s > tau)
         conf = torch.where(candidate, s, float("-inf"))
-        top = torch.zeros_like(candidate)
-        top[torch.topk(conf, min(self.n, self.gen_len)).indices] = True
+        most = torch.topk(conf, min(self.n, self.gen_len)).indices
+        top = torch.zeros_like(candidate).index_fill(0, most, True)  # (no host copy, as below)
         accept = torch.where(accept.sum() < self.n, top & candidate, accept)
         response.copy_(torch.where(accept, tok, response))
         self.committed |= accept
@@ -102,8 +102,10 @@ class Saber(Sampler):
             return
         d = torch.where(visible, drift, float("inf"))
         worst = torch.topk(d, min(r, n_visible), largest=False).indices
-        response[worst] = self.mask_id
-        self.committed[worst] = False
+        # index_fill_, not ``response[worst] = mask_id``: on CUDA that copies the value over from
+        # the host, a sync (docs/ARCHITECTURE.md, performance shape)
+        response.index_fill_(0, worst, self.mask_id)
+        self.committed.index_fill_(0, worst, False)
         self.remasked_total += int(worst.numel())
         self.last_action = (accept, tok, worst)
         self._track(response)
