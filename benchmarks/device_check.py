@@ -12,7 +12,8 @@ checks and measures every GPU path and prints one report (also written to
    token against full recompute), run by pytest on the device;
 3. compiled steps: Archer's cached forward and the samplers' scoring (LLaDA confidence,
    certainty prior, PC-Sampler) as replayed CUDA graphs (``compile: cuda_graphs``) give the
-   eager tokens;
+   eager tokens over prompts of several lengths (a capture per change of length); a capture
+   that fails midway runs eagerly and leaves random draws and the next capture working;
 4. host syncs: per step, every sampler x cache reads back exactly what its decisions need
    (tests/host_sync.py budgets), counted with ``torch.cuda.set_sync_debug_mode``;
 5. the papers' prompt-length table at real LLaDA-8B / Dream-7B shapes, random bf16 weights:
@@ -31,11 +32,18 @@ checks and measures every GPU path and prints one report (also written to
    batch 2 vs 1 tokens, and the layer's rows and the model's logits alone vs in a batch bit for
    bit on CUDA (reported, not failed);
 8. torch.compile: Archer's cached step compiled (``mode="reduce-overhead"``) at P = 2048, in a
-   subprocess bounded by the time left.
+   subprocess bounded by the time left less part 9's reserve (``RESERVE_S``);
 9. batching: generate-job throughput at batch 16 vs 1 per method family at LLaDA-8B shapes
    (random bf16 weights; goal >= 5x for the cached methods) and the fraction of samples whose
-   bf16 tokens equal batch 1's (benchmarks/bench_batching.py); part 6 also decodes the tiny
-   campaign again in bf16 at batch 1 and 16 and reports identical samples and the quality change.
+   bf16 tokens equal batch 1's (benchmarks/bench_batching.py), methods begun until the budget's
+   end; part 6 also decodes the tiny campaign again in bf16 at batch 1 and 16 and reports
+   identical samples and the quality change;
+10. floors (issue 48): every figure above as a ratio to its floor, in one table: each cached
+   step (Archer eager and replayed, the Fast-dLLM dual cache's, SPA-Cache's) against its roofline
+   at LLaDA-8B shapes (the weight-streaming floor at those row counts), the full step over 768
+   rows against the matrix peak, a whole decode against the sum of its forwards, batch 16 against
+   batch 1 throughput against the ideal 16x, and the MoE layer against its roofline (goal: at
+   most 3x from 32 rows), with the matrix rate and copy bandwidth measured in the same run.
 
 Without a GPU the same command runs the CPU-sized version of each part (small shapes, one model
 family where the part loops over both, a subset of the exactness table, a one-method campaign;
@@ -65,6 +73,9 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 from device_parts import PARTS  # noqa: E402
 
 BUDGET_S = 480  # the whole GPU run: 8 minutes on one H200
+#: what the parts that run to a deadline (8, torch.compile; 9, batching) leave for each selected
+#: part still to run after them, in seconds on a GPU: part 9 times its methods for about 90 s
+RESERVE_S = {"batching": 90, "floors": 5}
 
 
 @dataclass
@@ -76,6 +87,7 @@ class Check:
     lines: list[str] = field(default_factory=list)
     data: dict = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    after: tuple[str, ...] = ()  # the selected parts still to run after the current one
 
     @property
     def gpu(self) -> bool:
@@ -83,6 +95,11 @@ class Check:
 
     def left(self) -> float:
         return BUDGET_S - (time.perf_counter() - self.started)
+
+    def free(self) -> float:
+        """The time a part that runs to a deadline may take: what is left of the budget less what
+        the parts after it reserve (``RESERVE_S``)."""
+        return self.left() - sum(RESERVE_S.get(name, 0) for name in self.after)
 
     def say(self, line: str = "") -> None:
         print(line, flush=True)
@@ -111,7 +128,8 @@ def header(ck: Check) -> None:
     if ck.gpu:
         ck.say(f"expected on one H200: parts 1-6 about 3-4 minutes (the campaign's Snakemake run the "
                f"longest), part 7 (MoE) about 1-1.5 minutes, part 8 takes what is left of the "
-               f"{BUDGET_S} s budget")
+               f"{BUDGET_S} s budget but {RESERVE_S['batching']} s, part 9 (batching) times its "
+               f"methods until the budget's end; each part's time is printed with what is left")
     ck.data["device"] = what
     ck.data["torch"] = torch.__version__
 
@@ -129,8 +147,9 @@ def main() -> int:
         torch.set_num_threads(1)  # tiny shapes: one thread is fastest and steady on a busy machine
     header(ck)
     timings = {}
-    for name in a.parts:
+    for i, name in enumerate(a.parts):
         title, run = PARTS[name]
+        ck.after = tuple(a.parts[i + 1:])
         ck.say("")
         ck.say(f"== {title}")
         t = time.perf_counter()
@@ -139,13 +158,16 @@ def main() -> int:
         except Exception:  # a broken part is reported; the others still run
             ck.check(False, f"{name}: raised\n" + traceback.format_exc())
         timings[name] = time.perf_counter() - t
-        ck.say(f"  ({name}: {timings[name]:.1f} s)")
+        ck.say(f"  ({name}: {timings[name]:.1f} s" + (f"; {ck.left():.0f} s of the {BUDGET_S} s budget "
+                                                      f"left)" if ck.gpu else ")"))
         ck.write()
     total = time.perf_counter() - ck.started
     ck.say("")
     ck.say("== summary")
     ck.say("  time per part: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
            + f"; total {total:.0f} s" + (f" (budget {BUDGET_S} s)" if ck.gpu else ""))
+    if ck.gpu and total > BUDGET_S:
+        ck.say(f"  over the {BUDGET_S} s budget by {total - BUDGET_S:.0f} s")
     ck.say(f"  {'all checks passed' if not ck.failures else f'{len(ck.failures)} check(s) FAILED'}")
     ck.data["timings_s"] = timings | {"total": total}
     ck.data["failures"] = ck.failures

@@ -110,6 +110,20 @@ def capped_decode(ck, model, spec: dict, prompt, gen_len: int):
 
 
 # ---- a. the MoE layer against its dense floor -------------------------------------------------
+def layer_floor_s(ck, cfg, rows: int, active: int, dtype: torch.dtype) -> float:
+    """The layer's roofline (issue 48's floor, part 10): reading the router, the shared expert and
+    the ``active`` experts' weights once, or the products of ``rows`` rows through the router,
+    their top-k experts and the shared one, whichever takes longer at this device's measured
+    rates (device_speed.peaks)."""
+    from device_speed import roofline_s
+
+    d, h, hs, e, k = cfg.d_model, cfg.expert_hidden, cfg.shared_expert_hidden, cfg.n_experts, cfg.experts_per_token
+    size = torch.finfo(dtype).bits // 8
+    weights = d * e + 3 * d * (active * h + hs)
+    flops = 2 * rows * (d * e + 3 * d * (k * h + hs))
+    return roofline_s(flops, size * weights, ck)
+
+
 @torch.inference_mode()
 def layer_table(ck) -> torch.nn.Module | None:
     dev = ck.device.type
@@ -128,7 +142,8 @@ def layer_table(ck) -> torch.nn.Module | None:
                                                  dev, reps)
             active = int((torch.bincount(moe.route(x)[0].reshape(-1), minlength=cfg.n_experts) > 0).sum())
             table.append({"model": name, "rows": rows, "moe_ms": 1e3 * t_moe, "dense_ms": 1e3 * t_dense,
-                          "ratio": t_moe / t_dense, "router_ms": 1e3 * t_route, "active": active})
+                          "ratio": t_moe / t_dense, "router_ms": 1e3 * t_route, "active": active,
+                          "floor_ms": 1e3 * layer_floor_s(ck, cfg, rows, active, dtype)})
             ck.say(f"  {name:<18}{rows:>6}{1e3 * t_moe:>9.2f}{1e3 * t_dense:>10.2f}{t_moe / t_dense:>7.2f}"
                    f"{1e3 * t_route:>10.2f}{active:>7}{rows * cfg.experts_per_token / active:>9.1f}")
         if cfg.n_group > 1:

@@ -3,13 +3,16 @@
 The papers' prompt-length table at real LLaDA-8B / Dream-7B shapes (docs/MODELS.md) with random
 bf16 weights, which is all timing needs: per prompt length P (G = 256) the full step (one
 bidirectional forward over N = P + G rows), Archer's cached step (the response rows over cached
-prompt K/V) eager and replayed as a CUDA graph, and SPA-Cache's sparse step at uniform budgets
+prompt K/V) eager and replayed as a CUDA graph, the Fast-dLLM dual cache's step (a block of 32
+rows over every other row's cached K/V), and SPA-Cache's sparse step at uniform budgets
 0.05..0.5 (rank-r singular proxy; random orthonormal proxies stand in for the SVD, which only
 changes which rows are chosen, not the work). Times are medians of CUDA-event intervals (on a
 CPU: of wall time) after warm-ups, all in this one run; speedup = full / step; ideal: Archer's
 ``1 + P/G`` (rows), SPA's the rows a full step computes over the rows the sparse one does,
 ``L N / (G + sum_l k_l)``. Then the peak memory of the 8B-shaped model and of each cache at the
-longest P. On a CPU the shapes shrink (CPU stand-ins: 2 layers, width 256, G = 32); their
+longest P, and a whole decode against the sum of its forwards (``decode_vs_forwards``). Each
+row keeps its roofline (``floor_ms``: FLOPs at the measured matrix rate or weight bytes at the
+measured copy bandwidth, the slower), which part 10 puts in one table. On a CPU the shapes shrink (CPU stand-ins: 2 layers, width 256, G = 32); their
 numbers show the script runs, not what a GPU does.
 
 ``python benchmarks/device_speed.py compile-step`` runs part 7 alone (the subprocess the device
@@ -77,25 +80,46 @@ def timer(device: torch.device, reps: int, warmup: int = 2):
     return time_cuda if device.type == "cuda" else time_cpu
 
 
-def step_cost(cfg: BackboneConfig, rows: int, keys: int, G: int) -> tuple[float, float]:
-    """(FLOPs, weight bytes in bf16) of a forward of ``rows`` query rows over ``keys`` key rows
-    with the LM head on G rows: every layer's projections, attention and FFN, then the head."""
+def step_cost(cfg: BackboneConfig, rows: float, keys: int, G: int, size: int = 2) -> tuple[float, float]:
+    """(FLOPs, weight bytes at ``size`` bytes a weight, bf16's 2 by default) of a forward of
+    ``rows`` query rows over ``keys`` key rows with the LM head on G rows: every layer's
+    projections, attention and FFN, then the head."""
     d, q, kv = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     per_row = d * (2 * q + 2 * kv) + 3 * d * cfg.mlp_hidden   # q, k, v, out; gate, up, down
     flops = cfg.n_layers * (2 * rows * per_row + 4 * rows * keys * q) + 2 * G * d * cfg.vocab_size
-    return flops, 2 * (cfg.n_layers * per_row + d * cfg.vocab_size)
+    return flops, size * (cfg.n_layers * per_row + d * cfg.vocab_size)
 
 
-def measured_peaks(device: torch.device) -> tuple[float, float]:
-    """This GPU's bf16 matrix rate (FLOP/s, 8192^3 products) and copy bandwidth (bytes/s read +
-    written), measured here: the roofline's ceilings."""
+def measured_peaks(device: torch.device, n: int = 8192, nbytes: int = 2 ** 30,
+                   dtype: torch.dtype = torch.bfloat16) -> tuple[float, float]:
+    """This device's matrix rate (FLOP/s, n^3 products in ``dtype``) and copy bandwidth
+    (bytes/s read + written), measured here: the roofline's ceilings."""
     time_it = timer(device, reps=5)
-    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    flops = 2 * 8192 ** 3 / time_it(lambda: a @ a)
-    src = torch.empty(2 ** 30, dtype=torch.uint8, device=device)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    flops = 2 * n ** 3 / time_it(lambda: a @ a)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     bandwidth = 2 * src.numel() / time_it(lambda: dst.copy_(src))
     return flops, bandwidth
+
+
+def peaks(ck) -> tuple[float, float]:
+    """(matrix FLOP/s, copy bytes/s) of the check's device in the dtype its timings use (bf16 on a
+    GPU, float32 on the CPU), measured once per check (``ck.data["peaks"]``): the floors of part
+    10's table (issue 48). CPU-sized: 1024^3 products and 64 MB copies."""
+    if "peaks" not in ck.data:
+        flops, bandwidth = (measured_peaks(ck.device) if ck.gpu else
+                            measured_peaks(ck.device, 1024, 2 ** 26, torch.float32))
+        ck.data["peaks"] = {"flops": flops, "copy_bytes_per_s": bandwidth,
+                            "dtype": "bfloat16" if ck.gpu else "float32"}
+    p = ck.data["peaks"]
+    return p["flops"], p["copy_bytes_per_s"]
+
+
+def roofline_s(flops: float, nbytes: float, ck) -> float:
+    """The floor of work of ``flops`` that reads ``nbytes``: the slower of compute and reads."""
+    peak, bandwidth = peaks(ck)
+    return max(flops / peak, nbytes / bandwidth)
 
 
 def random_proxies(model, rank: int):
@@ -125,14 +149,20 @@ def no_host_sync(ck, fn, what: str) -> None:
     ck.check(ok, f"{what}: no host sync (torch.cuda.set_sync_debug_mode('error')){why}")
 
 
+#: Fast-dLLM's block length: the dual cache's step recomputes one block
+BLOCK = 32
+
+
 def _steps(model, x, P: int, G: int, gpu: bool, proxies):
-    """(label, cache, ideal) for every step of the table, each cache primed by its full forward."""
+    """(label, cache, block, ideal, rows) for every step of the table, each cache primed by its
+    full forward; ``rows``: the query rows its step computes per layer (its floor's work)."""
     from dlmpipe.methods import build_cache
 
     L, N = model.cfg.n_layers, P + G
     caches = [("archer", {"name": "archer", "K": "inf"}, "none")]
     if gpu:
         caches.append(("archer+graph", {"name": "archer", "K": "inf"}, "cuda_graphs"))
+    caches.append(("dual", {"name": "fast_dllm_dual"}, "none"))
     caches += [(f"spa {rho:g}", {"name": "spa", "rank": proxies.stored_rank, "budget": "uniform",
                                  "rho": rho, "refresh_steps": None, "refresh_gen_steps": None}, "none")
                for rho in BUDGETS]
@@ -140,9 +170,15 @@ def _steps(model, x, P: int, G: int, gpu: bool, proxies):
         cache = build_cache(spec, model, artifacts={"proxies": proxies})
         cache.use_compile(mode)
         cache.begin(x, P)
-        cache.response_logits(x, (0, G))  # the full forward that fills the cache
-        ideal = 1 + P / G if spec["name"] == "archer" else L * N / sum(cache.budgets)
-        yield label, cache, ideal
+        block = (0, BLOCK) if spec["name"] == "fast_dllm_dual" else (0, G)
+        cache.response_logits(x, block)  # the full forward that fills the cache (a block start)
+        if spec["name"] == "archer":
+            rows = G
+        elif spec["name"] == "fast_dllm_dual":
+            rows = BLOCK
+        else:
+            rows = sum(cache.budgets) / L
+        yield label, cache, block, N / rows, rows
 
 
 @torch.inference_mode()
@@ -156,11 +192,10 @@ def speed_table(ck) -> None:
            f"G = {G}, batch 1; median ms; speedup = full / step; % = speedup / ideal")
     ck.say(f"  {'model':>9} {'P':>5} {'step':>13} {'ms':>9} {'speedup':>8} {'ideal':>7} {'%':>5}")
     rows = ck.data.setdefault("table", [])
-    if ck.gpu:
-        peak, bandwidth = measured_peaks(ck.device)
-        ck.data["peaks"] = {"bf16_flops": peak, "copy_bytes_per_s": bandwidth}
-        ck.say(f"  measured here: bf16 matrix products {peak / 1e12:.0f} TFLOP/s, copies "
-               f"{bandwidth / 1e12:.2f} TB/s; roofline = max(FLOPs / rate, weight bytes / bandwidth)")
+    size = 2 if ck.gpu else 4  # bytes a weight
+    peak, bandwidth = peaks(ck)
+    ck.say(f"  measured here: {ck.data['peaks']['dtype']} matrix products {peak / 1e12:.2f} TFLOP/s, "
+           f"copies {bandwidth / 1e12:.2f} TB/s; roofline = max(FLOPs / rate, weight bytes / bandwidth)")
     for key in REAL:
         cfg = model_config(key, ck.gpu)
         model = build(cfg, ck.device, dtype)
@@ -173,25 +208,27 @@ def speed_table(ck) -> None:
             full.begin(x, P)
             t_full = time_it(lambda: full.response_logits(x, (0, G)))
             line = f"  {key:>9} {P:>5} {'full':>13} {1e3 * t_full:>9.2f}"
+            floor = lambda r, k, head=G: roofline_s(*step_cost(cfg, r, k, head, size), ck)  # noqa: E731
+            f_full, f_cached = floor(P + G, P + G), floor(G, P + G)
             if ck.gpu:  # how far each step is from its floor, and the speedup the floors allow
-                floor = lambda r, k: max(c / s for c, s in zip(step_cost(cfg, r, k, G), (peak, bandwidth)))  # noqa: E731
-                f_full, f_cached = floor(P + G, P + G), floor(G, P + G)
                 line += (f"  (roofline: full >= {1e3 * f_full:.2f} ms, Archer cached >= "
                          f"{1e3 * f_cached:.2f} ms, so at most {f_full / f_cached:.2f}x at equal efficiency)")
             ck.say(line)
-            for label, cache, ideal in _steps(model, x, P, G, ck.gpu, proxies):
-                step = lambda: cache.response_logits(x, (0, G))  # noqa: E731
+            for label, cache, block, ideal, step_rows in _steps(model, x, P, G, ck.gpu, proxies):
+                step = lambda: cache.response_logits(x, block)  # noqa: E731
                 step()  # the first cached step (captures the graph, if any)
                 if P == prompts[-1] and label.startswith("archer"):
                     no_host_sync(ck, step, f"{key} {label} cached step at P = {P}")
                 t = time_it(step)
                 speedup = t_full / t
                 rows.append({"model": key, "P": P, "step": label, "ms": 1e3 * t, "full_ms": 1e3 * t_full,
-                             "speedup": speedup, "ideal": ideal})
+                             "speedup": speedup, "ideal": ideal, "floor_ms": 1e3 * floor(step_rows, P + G, BLOCK if label == "dual" else G),
+                             "full_floor_ms": 1e3 * f_full, "full_flops": step_cost(cfg, P + G, P + G, G)[0]})
                 ck.say(f"  {key:>9} {P:>5} {label:>13} {1e3 * t:>9.2f} {speedup:>7.2f}x {ideal:>6.2f}x "
                        f"{100 * speedup / ideal:>4.0f}%")
                 del cache
         if key == "llada-8b":
+            decode_vs_forwards(ck, model, prompts[min(2, len(prompts) - 1)], G)
             memory(ck, model, prompts[-1], G, proxies)
         del model, full
         if ck.gpu:
@@ -202,6 +239,53 @@ def speed_table(ck) -> None:
         ck.say(f"  goal: Archer cached step at P = 2048, LLaDA-8B, >= 90% of ideal: "
                f"{100 * top['speedup'] / top['ideal']:.0f}% ({top['step']}) -> "
                f"{'met' if top['speedup'] >= 0.9 * top['ideal'] else 'not met'}")
+
+
+def decode_vs_forwards(ck, model, P: int, G: int) -> None:
+    """A whole decode (Fast-dLLM dual cache under LLaDA's schedule, blocks of 32, 4 tokens a
+    step) against the sum of its own forwards, each timed where it runs (CUDA events on a GPU):
+    what the loop, the sampler and the cache's bookkeeping add between forwards (issue 48: the
+    floor of a decode is its forwards)."""
+    from dlmpipe.decode import Decoding
+    from dlmpipe.methods import build_method
+
+    method = {"sampler": {"name": "llada_confidence", "block_length": BLOCK, "steps": G // 4},
+              "cache": {"name": "fast_dllm_dual"}}
+    x = torch.randint(0, model.cfg.vocab_size - 1, (P,), device=ck.device,
+                      generator=torch.Generator(ck.device).manual_seed(1))
+    for attempt in range(2):  # the first one warms up
+        sampler, cache = build_method(method, model)
+        forward, spans = cache.response_logits, []
+
+        def timed(seq, block):
+            if ck.gpu:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = forward(seq, block)
+                end.record()
+                spans.append((start, end))
+                return out
+            t = time.perf_counter()
+            out = forward(seq, block)
+            spans.append(time.perf_counter() - t)
+            return out
+
+        cache.response_logits = timed
+        if ck.gpu:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        run = Decoding(model, sampler, cache, x, G, torch.Generator(ck.device).manual_seed(0))
+        while not run.done:
+            run.step()
+        if ck.gpu:
+            torch.cuda.synchronize()
+        total = time.perf_counter() - t
+    forwards = sum(s.elapsed_time(e) / 1e3 for s, e in spans) if ck.gpu else sum(spans)
+    ck.data["decode_vs_forwards"] = {"P": P, "G": G, "method": "llada_confidence + fast_dllm_dual",
+                                     "steps": len(spans), "decode_ms": 1e3 * total,
+                                     "forwards_ms": 1e3 * forwards}
+    ck.say(f"  whole decode at P = {P}, G = {G} (llada_confidence + fast_dllm_dual, {len(spans)} steps): "
+           f"{1e3 * total:.1f} ms, its forwards {1e3 * forwards:.1f} ms ({total / forwards:.2f}x)")
 
 
 def held_bytes(cache) -> int:
@@ -263,9 +347,10 @@ def memory(ck, model, P: int, G: int, proxies) -> None:
 
 # ---- 7. torch.compile, in a subprocess bounded by the time left ------------------------------
 def compile_step(ck) -> None:
-    limit = ck.left() - 20
+    limit = ck.free() - 20
+    ck.say(f"  budget: {max(limit, 0):.0f} s ({ck.left():.0f} s left, less what later parts reserve and 20 s)")
     if limit < 90:
-        ck.say(f"  skipped: {ck.left():.0f} s of the budget left (needs ~90 s or more to compile)")
+        ck.say("  skipped: needs ~90 s or more to compile")
         return
     cmd = [sys.executable, __file__, "compile-step"]
     try:

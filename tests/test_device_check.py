@@ -19,18 +19,26 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
     report = (tmp_path / "device_check.txt").read_text()
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert report.startswith("dlmpipe device check: no GPU")
-    for part in ("== 1.", "== 2.", "== 3.", "== 4.", "== 5.", "== 6.", "== 7.", "== 8.", "== 9.", "== summary"):
+    for part in ("== 1.", "== 2.", "== 3.", "== 4.", "== 5.", "== 6.", "== 7.", "== 8.", "== 9.", "== 10.",
+                 "== summary"):
         assert part in report
     assert "[FAIL]" not in report and "all checks passed" in report
     data = json.loads((tmp_path / "device_check.json").read_text())
     assert data["failures"] == []
     assert set(data["timings_s"]) == {"forwards", "exactness", "compiled", "syncs", "table",
-                                      "campaign", "moe", "torch_compile", "batching", "total"}
+                                      "campaign", "moe", "torch_compile", "batching", "floors", "total"}
     # the table: both models, every prompt length, Archer and every SPA budget, positive times
     table = data["table"]
     assert {r["model"] for r in table} == {"llada-8b", "dream-7b"}
-    assert {r["step"] for r in table} == {"archer", "spa 0.05", "spa 0.1", "spa 0.2", "spa 0.3", "spa 0.5"}
-    assert all(r["ms"] > 0 and r["ideal"] > 1 for r in table)
+    assert {r["step"] for r in table} == {"archer", "dual", "spa 0.05", "spa 0.1", "spa 0.2", "spa 0.3",
+                                          "spa 0.5"}
+    assert all(r["ms"] > 0 and r["ideal"] > 1 and r["floor_ms"] > 0 for r in table)
+    # part 10: every figure against its floor, in one table (issue 48)
+    figures = [r["figure"] for r in data["floors"]]
+    assert all(r["ratio"] > 0 for r in data["floors"])
+    for kind in ("full step, P", "archer step", "dual step", "vs the matrix peak", "whole decode",
+                 "at batch 4 vs batch 1", "MoE layer LLaDA-MoE", "MoE layer LLaDA2.0-mini"):
+        assert any(kind in f for f in figures), kind
     assert set(data["memory"]) >= {"weights_gib", "none", "archer", "spa", "dkv_greedy"}
     assert data["memory"]["archer"]["held_gib"] > data["memory"]["none"]["held_gib"]
     assert all(v["max_abs_diff"] <= v["limit"] for v in data["forwards"].values())

@@ -344,3 +344,60 @@ def test_cuda_graphs_are_refused_on_an_moe_backbone():
     with pytest.raises(ValueError, match="MoE backbone"):
         build_method(method, model, compile="cuda_graphs")
     build_method(method, model)  # eager is fine
+
+
+# ---- the GPU's grouped experts, checked on the CPU (issue 48) --------------------------------
+@pytest.mark.parametrize("family", MOE)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("grouped", [True, False])
+def test_grouped_experts_equal_the_routed_loop(ckpts, family, dtype, grouped):
+    """``grouped_experts`` (two ``torch._grouped_mm`` over the rows sorted by expert; with
+    ``grouped=False`` its fallback, one SwiGLU per expert) against the CPU's per-expert loop, to
+    rounding: the GPU's layer computes the same sum in another order. Stacking the experts'
+    weights changes none of the CPU path's bits."""
+    loaded = load_backbone(ckpts[family])
+    moe = next(blk.moe for blk in loaded.model.blocks if hasattr(blk, "moe")).to(dtype)
+    x = torch.randn(37, loaded.cfg.d_model, generator=torch.Generator().manual_seed(4)).to(dtype)
+    with torch.no_grad():
+        idx, w = moe.route(x)
+        before = moe._cpu_experts(x, idx, w)
+        got = moe.grouped_experts(x, idx, w, grouped=grouped)
+        assert moe.experts[1].up.weight.data_ptr() == moe.stacked_experts()[0][1, moe.cfg.expert_hidden:].data_ptr()
+        assert torch.equal(moe._cpu_experts(x, idx, w), before)  # the views hold the same values
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        assert got.dtype == torch.float32 and (got - before).abs().max() <= tol * before.abs().max()
+
+
+@pytest.mark.parametrize("family", MOE)
+def test_grouped_experts_read_nothing_back_and_launch_alike_for_any_routing(ckpts, monkeypatch, family):
+    """No host read (the layer can sit inside a captured step) and the same launches for 3 rows
+    as for 300, whatever experts they chose (tests/host_sync.py's counters); replayed by the CPU
+    stand-in of a CUDA graph on new rows, the same outputs as eager."""
+    from dlmpipe import graphs
+    from dlmpipe.backbones import rowwise
+    from tests.host_sync import Launches, counted, host_reads, replay_capture
+
+    loaded = load_backbone(ckpts[family])
+    moe = next(blk.moe for blk in loaded.model.blocks if hasattr(blk, "moe"))
+    gen = torch.Generator().manual_seed(7)
+    xs = [torch.randn(n, loaded.cfg.d_model, generator=gen) for n in (3, 300)]
+
+    def layer(x):
+        return moe.grouped_experts(x, *moe.route(x), grouped=True)
+
+    with torch.no_grad():
+        layer(xs[0])  # (stacks the weights: once, not part of a step)
+        launches = []
+        for x in xs:  # (the GPU's plain ops: the CPU's chunked products launch by row count)
+            with rowwise.plain_ops(), Launches() as count:
+                layer(x)
+            launches.append(count.count)
+        assert launches[0] == launches[1]
+        with host_reads(monkeypatch) as reads:
+            counted(reads, layer)(xs[1])
+        assert reads.count == 0, reads.where
+        monkeypatch.setitem(graphs.CAPTURE, "cpu", replay_capture)
+        step = graphs.StepRunner(layer, "cuda_graphs")
+        first, second = xs[1][:40], xs[1][40:80]
+        step(first)
+        assert torch.equal(step(second), layer(second)) and step.captures == 1

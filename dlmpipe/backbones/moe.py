@@ -19,15 +19,24 @@ the count an expert receives); sigmoid and SiLU through the element-invariant
 expert order (CPU ``index_add_`` adds a row's contributions in index order, whatever its thread
 count): an order set by the row's own experts, never by a reduction kernel's split. So a row
 routed to an expert alongside 3 others or 300 others gets the same bits (tests/test_moe.py, at 1
-and 2 threads; tests/test_batching.py). On CUDA, whose ``index_add_`` is atomic and unordered,
-the outputs are gathered back to slot order and summed there instead.
+and 2 threads; tests/test_batching.py).
 
-Cost: one host read of the per-expert counts per layer call (which experts run, how many rows
-each), as the releases' ``tokens_per_expert.cpu()``; and per active expert a fixed per-call
-overhead on top of its products, which is what separates the layer from a dense SwiGLU of the
-same active width when experts receive few rows each (benchmarks/bench_moe.py).
+On a GPU (``grouped_experts``; issue 48: the per-expert loop measured 46-157x the layer's floor
+on an H200) the experts run as two grouped matrix products over the rows sorted by expert
+(``torch._grouped_mm`` with each expert's end offset, over weights stacked once, which the
+experts' parameters then view): a fixed number of launches and no host read, whatever the
+routing; CUDA's ``index_add_`` being atomic and unordered, the outputs are gathered back to
+slot order and summed there. Where the installed torch has no grouped product for the device or
+dtype, one SwiGLU per active expert after one host read of the counts.
+
+Cost on the CPU: one host read of the per-expert counts per layer call (which experts run, how
+many rows each), as the releases' ``tokens_per_expert.cpu()``; and per active expert a fixed
+per-call overhead on top of its products, which is what separates the layer from a dense SwiGLU
+of the same active width when experts receive few rows each (benchmarks/bench_moe.py).
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 from torch import Tensor, nn
@@ -113,49 +122,124 @@ class MoEFFN(nn.Module):
         if self.calls is not None:
             self.calls.append((e, rows))
 
-    # ---- forward ------------------------------------------------------------------------
-    def forward(self, x: Tensor) -> Tensor:
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
+    def _cpu_experts(self, x2: Tensor, idx: Tensor, w: Tensor) -> Tensor:
+        """The CPU's routed sum (module docstring): each expert's rows gathered and added back
+        while in cache, in ascending expert order (row-invariant)."""
         t, k = x2.shape[0], self.cfg.experts_per_token
-        if t == 0:
-            return torch.zeros_like(x)
-        idx, w = self.route(x2)
         flat = idx.reshape(-1)  # slot j of row r at r * k + j
         order = torch.argsort(flat, stable=True)  # slots grouped by expert, rows ascending
         counts = torch.bincount(flat, minlength=self.cfg.n_experts).tolist()  # one host read
         rows_of = order // k
         ws = w.reshape(-1).index_select(0, order)[:, None]
-        if x.device.type == "cpu":  # each expert's rows gathered and added back while in cache
-            acc = torch.zeros(t, shape[-1], dtype=torch.float32, device=x.device)
+        acc = torch.zeros(t, x2.shape[-1], dtype=torch.float32, device=x2.device)
+        start = 0
+        for e, c in enumerate(counts):
+            if c:
+                rows = rows_of[start:start + c]
+                y = self.experts[e](x2.index_select(0, rows)).float() * ws[start:start + c]
+                acc.index_add_(0, rows, y)  # a row's experts added in ascending expert order
+                self._called(e, c)
+            start += c
+        return acc
+
+    def grouped_experts(self, x2: Tensor, idx: Tensor, w: Tensor, grouped: bool | None = None) -> Tensor:
+        """Every routed expert over its rows as two grouped matrix products (issue 48; the GPU's
+        path, any device in the tests): the (row, slot) pairs sorted by expert, the experts'
+        gate+up and down weights stacked (``stacked_experts``), ``torch._grouped_mm`` over the
+        sorted rows with each expert's end offset, weighted outputs gathered back to slot order
+        and summed in it (CUDA's ``index_add_`` is atomic, in no fixed order). A fixed number of
+        launches whatever the routing and no host read, so the layer can be captured in a CUDA
+        graph. Where the grouped product is missing or refuses the shapes (dtype, widths not a
+        multiple of 16 bytes), or ``grouped`` is False, one SwiGLU per expert over its rows
+        instead, after one host read of the counts. Returns float32 ``[T, d]``."""
+        t, k, e_all = x2.shape[0], self.cfg.experts_per_token, self.cfg.n_experts
+        flat = idx.reshape(-1)  # slot j of row r at r * k + j
+        order = torch.argsort(flat, stable=True)  # slots grouped by expert, rows ascending
+        rows_of = order // k
+        ws = w.reshape(-1).index_select(0, order)[:, None]
+        xs = x2.index_select(0, rows_of)
+        counts = torch.zeros(e_all, dtype=torch.int32, device=x2.device).scatter_add_(
+            0, flat, torch.ones_like(flat, dtype=torch.int32))  # bincount would read its size back
+        ends = torch.cumsum(counts, 0, dtype=torch.int32)
+        gate_up, down = self.stacked_experts()
+        h = gate_up.shape[1] // 2
+        if grouped is None:
+            grouped = _grouped_mm_fits(xs, h)
+        if grouped:
+            try:
+                gu = torch._grouped_mm(xs, gate_up.transpose(1, 2), offs=ends)
+                ys = torch._grouped_mm(silu(gu[:, :h]) * gu[:, h:], down.transpose(1, 2), offs=ends)
+            except (RuntimeError, NotImplementedError) as err:  # this device or dtype has none: remembered
+                _NO_GROUPED_MM.add((xs.device.type, xs.dtype))
+                warnings.warn(f"dlmpipe: torch._grouped_mm cannot run {xs.dtype} on {xs.device.type} "
+                              f"({str(err).splitlines()[0][:200]}): the experts run one by one, one host "
+                              "read per layer (same results, slower)", stacklevel=2)
+                grouped = False
+        if not grouped:
+            ys = torch.empty(t * k, x2.shape[-1], dtype=xs.dtype, device=x2.device)
             start = 0
-            for e, c in enumerate(counts):
+            for e, c in enumerate(counts.tolist()):  # one host read
                 if c:
-                    rows = rows_of[start:start + c]
-                    y = self.experts[e](x2.index_select(0, rows)).float() * ws[start:start + c]
-                    acc.index_add_(0, rows, y)  # a row's experts added in ascending expert order
+                    ys[start:start + c] = self.experts[e](xs[start:start + c])
                     self._called(e, c)
                 start += c
-        else:  # CUDA's index_add_ adds a row's experts atomically, in no fixed order: slot order
-            xs = x2.index_select(0, rows_of)
-            ys = torch.empty(t * k, shape[-1], dtype=torch.float32, device=x.device)
-            start = 0
-            for e, c in enumerate(counts):
-                if c:
-                    end = start + c
-                    torch.mul(self.experts[e](xs[start:end]).float(), ws[start:end], out=ys[start:end])
-                    self._called(e, c)
-                start += c
-            back = torch.empty_like(order)
-            back[order] = torch.arange(order.numel(), device=order.device)
-            out = ys.index_select(0, back).view(t, k, -1)
-            acc = out[:, 0]
-            for j in range(1, k):  # slot order, elementwise: the same sum whatever t is
-                acc = acc + out[:, j]
+        ys = ys.float() * ws
+        back = torch.empty_like(order)
+        back[order] = torch.arange(order.numel(), device=order.device)
+        out = ys.index_select(0, back).view(t, k, -1)
+        acc = out[:, 0]
+        for j in range(1, k):  # slot order, elementwise: the same sum whatever t is
+            acc = acc + out[:, j]
+        return acc
+
+    def stacked_experts(self) -> tuple[Tensor, Tensor]:
+        """The experts' weights as two stacked tensors, gate and up ``[E, 2H, d]`` and down
+        ``[E, d, H]``, which the experts' own parameters are then views of (no second copy; a
+        state dict and the CPU path read the same values). Stacked on first use and again after
+        the parameters were replaced (``Module.to``, a load that reassigns them): checked by
+        address, a host-side comparison."""
+        first = self.experts[0]
+        stack = self.__dict__.get("_stack")
+        if stack is not None and first.gate.weight.data_ptr() == stack[0].data_ptr() \
+                and first.down.weight.data_ptr() == stack[1].data_ptr():
+            return stack
+        h = first.gate.weight.shape[0]
+        with torch.inference_mode(False), torch.no_grad():
+            gate_up = torch.stack([torch.cat([ex.gate.weight, ex.up.weight]) for ex in self.experts])
+            down = torch.stack([ex.down.weight for ex in self.experts])
+            for e, ex in enumerate(self.experts):
+                ex.gate.weight.data, ex.up.weight.data = gate_up[e, :h], gate_up[e, h:]
+                ex.down.weight.data = down[e]
+        self.__dict__["_stack"] = (gate_up, down)
+        return gate_up, down
+
+    # ---- forward ------------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if x2.shape[0] == 0:
+            return torch.zeros_like(x)
+        idx, w = self.route(x2)
+        if x.device.type != "cpu":  # no host read, no launch per expert (grouped_experts)
+            acc = self.grouped_experts(x2, idx, w)
+        else:
+            acc = self._cpu_experts(x2, idx, w)
         y = acc.to(x.dtype)
         if self.cfg.shared_expert_hidden:
             y = y + self.shared(x2)
         return y.view(shape)
+
+
+#: (device type, dtype) where ``torch._grouped_mm`` raised: the per-expert loop from then on
+_NO_GROUPED_MM: set = set()
+
+
+def _grouped_mm_fits(xs: Tensor, hidden: int) -> bool:
+    """Whether ``torch._grouped_mm`` can take these rows: it exists, has not refused this device
+    and dtype, and every row is a multiple of 16 bytes (its stride rule)."""
+    size = xs.element_size()
+    return (hasattr(torch, "_grouped_mm") and (xs.device.type, xs.dtype) not in _NO_GROUPED_MM
+            and xs.shape[-1] * size % 16 == 0 and hidden * size % 16 == 0)
 
 
 def naive_moe(moe: MoEFFN, x: Tensor) -> Tensor:
