@@ -17,10 +17,11 @@ report: setup
 
 # One worker per core (pytest-xdist); a test file on one worker, so module fixtures (a toy campaign
 # run, tiny checkpoints) are built once, except the files of many independent tests that
-# tests/conftest.py's SPREAD_FILES lets spread. TEST_WORKERS=0 runs in this process.
+# tests/conftest.py's SPREAD_FILES lets spread. TEST_WORKERS=0 runs in this process. The JUnit XML
+# it writes is what `benchmarks/cost_by_part.py suite` reads (the suite's cost by test file).
 TEST_WORKERS ?= auto
 test: setup
-	.venv/bin/python -m pytest -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	.venv/bin/python -m pytest -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup --junitxml=.test-results/junit.xml $(ARGS)
 
 # Everything that needs a GPU, as one prepared command (benchmarks/device_check.py): on one GPU
 # it finishes in at most 8 minutes and writes its report to OUT (default results/device_check);

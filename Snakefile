@@ -22,8 +22,12 @@ sys.path.insert(0, DLMPIPE_SRC)
 # with --software-deployment-method conda, each rule's conda environment's.
 PYTHON_BIN = "" if "conda" in str(workflow.deployment_settings.deployment_method).lower() else (
     os.path.dirname(sys.executable))
+# Every job writes its output to its log (`> {log} 2>&1 || show_failure {log}`); where it fails,
+# the log's last lines reach the console too (Snakemake's own error names only the command and
+# the log file), and the job's exit status stands.
 shell.prefix("set -euo pipefail; export PYTHONPATH={DLMPIPE_SRC:q}${{PYTHONPATH:+:$PYTHONPATH}}; "
-             + ("export PATH={PYTHON_BIN:q}:$PATH; " if PYTHON_BIN else ""))
+             + ("export PATH={PYTHON_BIN:q}:$PATH; " if PYTHON_BIN else "")
+             + 'show_failure() {{ status=$?; tail -n 20 "$1" >&2; exit $status; }}; ')
 
 from dlmpipe.campaign import Campaign
 from dlmpipe.campaign.files import read_campaign_file
@@ -57,8 +61,10 @@ CONFIG_SOURCE = " + ".join(
 # One validation pass before any job: the schema (its sampler/cache blocks from
 # dlmpipe/registry.py) with Snakemake's default-filling validator, every error at once named by
 # its dotted key (methods.archer.cache.K); then what a schema cannot say: checkpoint paths, task
-# names, sweeps, pairings, the reference method. `config` is filled in place.
-CAMPAIGN = Campaign(config, os.path.join(workflow.basedir, SCHEMA), source=CONFIG_SOURCE)
+# names, sweeps, pairings, the reference method. `config` is filled in place, its relative paths
+# made absolute against the folder of the campaign file that gives them (dlmpipe/campaign/paths.py).
+CAMPAIGN = Campaign(config, os.path.join(workflow.basedir, SCHEMA), source=CONFIG_SOURCE,
+                    files=workflow.configfiles)
 
 # The campaign's job-group sizes (`cluster.group_components`) as Snakemake's --group-components,
 # which count on a cluster only; a count given to Snakemake itself (profile, command line) wins.
@@ -75,6 +81,7 @@ if workflow.group_settings is not None:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/hub.smk"
 include: "workflow/rules/backbones.smk"
 include: "workflow/rules/svd.smk"
 include: "workflow/rules/tasks.smk"

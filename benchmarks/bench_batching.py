@@ -138,22 +138,35 @@ def gemm_peak(device: torch.device, dtype: torch.dtype, size: int = 1024) -> flo
     return 2 * size ** 3 / statistics.median(times)
 
 
+#: the SDPA kernels a decode may dispatch to (those of them this torch has), counted by sdpa_flops
+SDPA_KERNELS = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+                "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+
+
+def sdpa_flops(q, k, v, *args, out_shape=None, **kwargs) -> int:
+    """Operations of one SDPA call from its q, k, v shapes ``[B, H, T, hd]``: QK^T and the
+    weighted sum of V per query head, K/V heads shared by their query group (GQA: Dream's 28
+    query heads over 4 K/V heads). Counted here, not by torch's formula, whose shape rule depends
+    on the version (torch 2.11 refuses fewer K/V heads than query heads, 2.13 accepts them)."""
+    b, h, s_q, d = q
+    s_k, d_v = k[-2], v[-1]
+    return 2 * b * h * s_q * s_k * (d + d_v)
+
+
 def job_flops(model, method: dict, prompts, gen_len: int, artifacts=None) -> int:
     """Floating-point operations of the batch-1 job (FlopCounterMode: matrix products and
     attention, the work batching shares out; elementwise work and rowwise.py's padding are left
-    out, so the floor is a lower bound). The CPU's SDPA kernel has no formula in torch's table: given SDPA's."""
-    from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+    out, so the floor is a lower bound). SDPA by ``sdpa_flops`` on every device (the CPU's kernel
+    has no formula in torch's table)."""
+    from torch.utils.flop_counter import FlopCounterMode
 
     from dlmpipe.backbones import rowwise
 
-    def sdpa(q, k, v, *args, out_shape=None, **kwargs):
-        return sdpa_flop_count(q, k, v)
-
     sampler, cache = build_method(method, model, artifacts)
-    cpu_sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: sdpa}
+    sdpa = {getattr(torch.ops.aten, k): sdpa_flops for k in SDPA_KERNELS if hasattr(torch.ops.aten, k)}
     # counted with the plain ops: the padded rows of rowwise.py's fixed-shape calls are
     # overhead on top of the method's arithmetic, not part of its floor
-    with FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as counter, rowwise.plain_ops():
+    with FlopCounterMode(display=False, custom_mapping=sdpa) as counter, rowwise.plain_ops():
         for i, p in enumerate(prompts):
             decode(model, sampler, cache, p, gen_len, torch.Generator().manual_seed(i))
     return counter.get_total_flops()
@@ -194,16 +207,16 @@ def run(model, methods, prompts, gen_len, sizes, repeats, say=print, deadline=No
         results[m["name"]] = {"wall_s": med, "ratio": {b: med[b] / med[base] for b in sizes},
                               "tokens_per_s": {b: n_tok / med[b] for b in sizes},
                               "identical": same}
+        say(f"  {m['name']:28s} " + "  ".join(
+            f"B={b}: {med[b]:7.3f} s ({med[b] / med[base]:.3f}x time, {n_tok / med[b]:8.1f} tok/s, "
+            f"{same[b]:.0%} same)" for b in sizes))
         if floors:
             flops = job_flops(model, m, prompts, gen_len, artifacts)
             floor = flops / peak / med[base]
             results[m["name"]] |= {"gflop": flops / 1e9, "batch1_gflops": flops / med[base] / 1e9,
                                    "compute_floor": floor}
-            say(f"  {m['name']:28s} {flops / 1e9:7.2f} GFLOP; B=1 runs them at "
+            say(f"  {'':28s} {flops / 1e9:7.2f} GFLOP; B=1 runs them at "
                 f"{flops / med[base] / 1e9:6.1f} GFLOP/s: compute floor {floor:.3f}x time")
-        say(f"  {'':28s} " + "  ".join(
-            f"B={b}: {med[b]:7.3f} s ({med[b] / med[base]:.3f}x time, {n_tok / med[b]:8.1f} tok/s, "
-            f"{same[b]:.0%} same)" for b in sizes))
     return results
 
 

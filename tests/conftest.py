@@ -18,7 +18,7 @@ import dlmpipe  # noqa: F401
 import torch
 import yaml
 
-from .toy_retraining import ToyRetraining
+from .toy_retraining import ToyRetraining, shared_root
 from .workflow import CONFIGS, REPO, fake_finished_run, run_snakemake  # noqa: F401  (re-exported)
 
 RETRAIN_TEST = "test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options"
@@ -61,22 +61,29 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_collection_finish(session):
     """The shipped toy's retraining takes minutes: start it beside the other tests as soon as
     its test is collected (tests/toy_retraining.py), where it can reproduce the shipped bits.
-    Under pytest-xdist every worker collects every test, so there the test's own worker starts
-    it when the test runs (the ``toy_retraining`` fixture)."""
+    Under pytest-xdist the controller starts it (``pytest_xdist_node_collection_finished``)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     if any(item.name == RETRAIN_TEST for item in session.items):
-        from .test_shipped_toy import kernels_differ
+        _start_retraining(session.config, None)
 
-        if not kernels_differ():
-            session.config.stash[RETRAINING] = ToyRetraining()
+
+def _start_retraining(config, root: Path | None) -> None:
+    from .test_shipped_toy import kernels_differ
+
+    if RETRAINING not in config.stash and not kernels_differ():
+        config.stash[RETRAINING] = ToyRetraining(root)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
-    """Stops the run where ``--dist loadgroup`` does not group: xdist marks a grouped test by
-    suffixing its node id with ``@<group>``, which some pytest releases silently undo
-    (pyproject.toml's pin), leaving every module fixture to run on every worker."""
+    """On the controller, when a worker has collected: starts the toy's retraining where the
+    retraining test was collected (before any test runs: tests/toy_retraining.py), and stops
+    the run where ``--dist loadgroup`` does not group: xdist marks a grouped test by suffixing
+    its node id with ``@<group>``, which some pytest releases silently undo (pyproject.toml's
+    pin), leaving every module fixture to run on every worker."""
+    if any(f"::{RETRAIN_TEST}" in i for i in ids):
+        _start_retraining(node.config, shared_root(node.workerinput["testrunuid"]))
     if node.config.getvalue("dist") != "loadgroup":
         return
     ungrouped = [i for i in ids if "@" not in i and Path(i.split("::")[0]).name not in SPREAD_FILES]
@@ -95,6 +102,8 @@ def pytest_sessionfinish(session):
 def toy_retraining(request) -> ToyRetraining:
     """The background retraining of the shipped toy (started at collection)."""
     retraining = request.config.stash.get(RETRAINING, None)
+    if retraining is None and (uid := os.environ.get("PYTEST_XDIST_TESTRUNUID")):
+        retraining = ToyRetraining.attach(shared_root(uid))  # the controller's
     if retraining is None:
         retraining = request.config.stash[RETRAINING] = ToyRetraining()
     return retraining

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from dlmpipe.backbones.model import Backbone, BackboneConfig
 from dlmpipe.decode import DecodeResult, decode
@@ -41,11 +42,29 @@ TINY_MOE = {
 }
 
 
+#: the MASK logit of a ``never_mask`` model: no softmax gives it a probability (exp underflows
+#: to 0 in float32 and float64) and no Gumbel noise (< 40) lifts it over these models' logits
+MASK_LOGIT = -1e4
+
+
+class NeverMask(Backbone):
+    """A tiny model that, like a trained one (MASK is never a training target), gives MASK no
+    probability, so no sampler's argmax or draw picks it from any random stream. A random model
+    otherwise ranks MASK high at some position now and then, and the released samplers do not
+    exclude it (docs/METHODS.md §1.5): a response could keep a MASK."""
+
+    def logits(self, h: Tensor) -> Tensor:
+        out = super().logits(h)
+        out[..., self.cfg.mask_id] = MASK_LOGIT
+        return out
+
+
 def tiny_backbone(family: str = "llada", seed: int = 0, n_layers: int = 3, d_model: int = 64,
                   n_heads: int = 4, n_kv_heads: int | None = None, scale: float = 0.3,
-                  stop_ids: list[int] | None = None) -> Backbone:
+                  stop_ids: list[int] | None = None, never_mask: bool = False) -> Backbone:
     """A random model whose logits are peaked enough for decoding decisions to matter.
-    ``stop_ids``: None is ``[STOP_ID]`` (block-causal models stop after a block holding one)."""
+    ``stop_ids``: None is ``[STOP_ID]`` (block-causal models stop after a block holding one);
+    ``never_mask``: a ``NeverMask`` model (the same weights)."""
     shifted = family in ("dream", "fast_dllm_v2")
     cfg = BackboneConfig(family=family, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                          n_kv_heads=n_kv_heads or (2 if shifted else n_heads), mlp_hidden=2 * d_model,
@@ -57,7 +76,7 @@ def tiny_backbone(family: str = "llada", seed: int = 0, n_layers: int = 3, d_mod
         cfg = dataclasses.replace(cfg, **TINY_MOE[family],
                                   rope_dim=cfg.head_dim // 2 if family == "llada2" else None)
     g = torch.Generator().manual_seed(seed)
-    model = Backbone(cfg)
+    model = (NeverMask if never_mask else Backbone)(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):

@@ -62,12 +62,19 @@ def test_dlmpipe_commands_the_pages_name_exist():
             assert re.search(rf"\b{re.escape(command)}\b", help_text), f"{page.name}: dlmpipe {command}"
 
 
-def test_the_readme_campaign_is_a_valid_campaign(tmp_path):
-    """README's campaign for a real checkpoint validates (its checkpoint path aside)."""
-    from dlmpipe.campaign import Campaign
+def test_the_readme_campaign_is_a_valid_campaign(tmp_path, monkeypatch):
+    """README's campaign for a real checkpoint validates as `plan` checks it, offline (its Hub
+    checkpoint sized by its name)."""
+    from huggingface_hub import constants
 
+    from dlmpipe.campaign import Campaign
+    from dlmpipe.plan import jobs_per_rule
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     block = re.search(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
     config = yaml.safe_load(block)
     campaign = Campaign(config, check_paths=False)
     assert campaign.config["reference_method"] in campaign.methods
     assert {"archer-k4", "archer-k8", "archer-kinf"} <= set(campaign.methods)
+    assert jobs_per_rule(campaign)["fetch_backbone"] == jobs_per_rule(campaign)["fetch_dataset"] == 1

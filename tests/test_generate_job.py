@@ -128,7 +128,8 @@ def test_batch_size_with_a_compile_mode_is_refused(job_inputs):
     proc = subprocess.run(_cmd(root, out, batch_size=4) + ["--compile", "torch_compile"], env=env,
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "batched decoding runs eagerly" in proc.stderr
-    assert not out.exists()
+    # refused before the job starts: no journal written, no model loaded or step compiled
+    assert not out.exists() and not out.with_name(out.name + ".journal.jsonl").exists()
 
 
 def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -58,14 +59,20 @@ registry.register("cache", registry.Component(
     host_sync={"stride_refresh": ({}, 0, 0)}, exact={"every": 1}, cheap={}))
 '''
 
+#: the contract tests, each selecting the new cache's own cases (-k below); the pairing check at
+#: one full-attention and one block-causal family (it decodes every sampler x cache pairing: the
+#: other two families repeat that grid with no other path for a new cache)
+PAIRING = "tests/test_exactness.py::test_every_allowed_pairing_serves_the_rows_its_sampler_reads"
 CONTRACT = ["tests/test_host_sync.py::test_every_sampler_and_cache_has_a_budget",
             "tests/test_host_sync.py::test_a_step_reads_back_only_what_its_decisions_need",
             "tests/test_wino.py::test_a_cached_forward_serves_the_full_forwards_shadow_rows_on_an_unchanged_sequence",
             "tests/test_wino.py::test_caches_declare_what_they_compute",
             "tests/test_cli.py::test_the_cost_model_covers_every_method_and_its_exact_settings_cost_full_recompute",
-            "tests/test_exactness.py::test_every_allowed_pairing_serves_the_rows_its_sampler_reads",
+            f"{PAIRING}[llada]", f"{PAIRING}[sdar]",
             "tests/test_exactness.py::test_every_method_states_what_it_means_on_block_causal_backbones",
             "tests/test_moe_methods.py::test_every_cache_states_what_it_means_on_moe_backbones"]
+#: the recipe's third thing, which the module alone does not give: the exactness table's row
+DEGENERATE_ROW = "tests/test_exactness.py::test_every_cache_has_a_degenerate_row"
 
 
 @pytest.mark.parametrize("kind", ["sampler", "cache"])
@@ -89,22 +96,55 @@ def test_a_cache_from_its_own_module_is_picked_up_by_the_contract_tests(tmp_path
     (tmp_path / "stride_refresh_cache.py").write_text(textwrap.dedent(MODULE))
     env = {**os.environ, registry.METHODS_ENV: "stride_refresh_cache", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
-                          "-k", "stride_refresh or budget or declare or cost_model or serves or "
-                          "states", *CONTRACT], cwd=REPO, env=env, capture_output=True, text=True)
+    # one pytest run: the contract tests pass with the new cache, and the exactness table (the
+    # recipe's third thing) fails, naming it
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-n", "0", "-p",
+                          "no:cacheprovider", "-k", "stride_refresh or budget or declare or "
+                          "cost_model or serves or states or degenerate", *CONTRACT, DEGENERATE_ROW],
+                         cwd=REPO, env=env, capture_output=True, text=True)
     out = run.stdout + run.stderr
-    assert run.returncode == 0, out[-3000:]
-    listed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "--collect-only",
-                             "-p", "no:cacheprovider", *CONTRACT[:3]], cwd=REPO, env=env,
-                            capture_output=True, text=True).stdout
-    assert "stride_refresh" in listed  # its own host-sync and shadow-row cases
+    failed = re.findall(r"^FAILED (\S+)", out, re.M)
+    passed = set(re.findall(r"^PASSED (\S+)", out, re.M))
+    assert failed == [DEGENERATE_ROW] and run.returncode == 1, out[-3000:]
+    assert "stride_refresh" in out.split("= FAILURES =", 1)[1].split("= PASSES =", 1)[0]
+    # every contract test ran and passed, the host-sync and shadow-row ones with its own cases
+    assert {p.split("[")[0] for p in passed} == {c.split("[")[0] for c in CONTRACT}, out[-3000:]
+    assert {f"{PAIRING}[llada]", f"{PAIRING}[sdar]"} <= passed
+    for test in CONTRACT[1:3]:
+        assert {f"{test}[stride_refresh-{family}]" for family in ("llada", "dream")} <= passed, test
     # and the schema, the pairing check and `dlmpipe methods` know it
     shown = subprocess.run([sys.executable, "-m", "dlmpipe", "methods"], cwd=REPO, env=env,
                            capture_output=True, text=True).stdout
     assert "stride_refresh" in shown
-    # the recipe's third thing: the exactness table asks for its row, naming it
-    missing = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p",
-                              "no:cacheprovider",
-                              "tests/test_exactness.py::test_every_cache_has_a_degenerate_row"],
-                             cwd=REPO, env=env, capture_output=True, text=True)
-    assert missing.returncode != 0 and "stride_refresh" in missing.stdout
+
+
+def test_a_cache_built_on_an_existing_one_takes_the_parameters_its_entry_declares():
+    """The recipe's way to build on an existing cache (docs/DEVELOPING.md): subclass it, fix the
+    parent's parameters (the entry declares only the new ones) or pass ``**options`` on (the
+    entry declares the parent's too, e.g. copied from its entry); the registry's check of
+    constructor against entry accepts both and names what differs otherwise."""
+    from dlmpipe.engine.dkv import DKVDecodeCache
+
+    class Fixed(DKVDecodeCache):
+        def __init__(self, model, *, warm: int):
+            super().__init__(model, refresh_interval=8)
+            self.warm = warm
+
+    class Passing(DKVDecodeCache):
+        def __init__(self, model, *, warm: int, **options):
+            super().__init__(model, **options)
+            self.warm = warm
+
+    def entry(cls, params):
+        made = dataclasses.replace(registry.CACHES["dkv_decode"], name="warm_dkv", params=params)
+        object.__setattr__(made, "load", lambda: cls)  # the class itself: no module to import
+        return made
+
+    warm = {"warm": registry.integer(2, "the first `warm` steps of a block are full")}
+    passed_on = {**registry.CACHES["dkv_decode"].params, **warm}
+    assert registry.constructor_params(Fixed) == {"warm"}
+    assert registry.constructor_params(Passing) == {"warm", "refresh_interval"}
+    assert entry(Fixed, warm).constructor_problem() is None
+    assert entry(Passing, passed_on).constructor_problem() is None
+    assert ("takes ['refresh_interval', 'warm'], the entry declares ['warm']"
+            in entry(Passing, warm).constructor_problem())

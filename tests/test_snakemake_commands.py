@@ -27,7 +27,7 @@ CAMPAIGNS = {"default": REPO / "config.yaml", "campaign-file": CONFIGS / "tiny.y
 COMMANDS = {"dag": ["--dag"], "rulegraph": ["--rulegraph"], "summary": ["--summary"],
             "list-rules": ["--list-rules"], "lint": ["--lint"], "report": ["--report", "report.html"],
             "dry-run": ["-n"]}
-RULES = {"all", "train_toy", "prepare_backbone", "svd", "prepare_task", "generate", "score",
+RULES = {"all", "fetch_backbone", "fetch_dataset", "train_toy", "prepare_backbone", "svd", "prepare_task", "generate", "score",
          "time_method", "summarize", "plot", "plot_sweeps", "tables",  # merge_generations: only with shards > 1
          # the analyses (docs/ANALYSES.md), defined whether or not the campaign names any
          "shadow_probe", "shadow_analysis", "intervention", "score_branch",

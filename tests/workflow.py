@@ -130,6 +130,10 @@ def expected_counts(campaign) -> dict[str, int]:
                 counts[rule] = jobs * n
     if (trained := sum(map(campaign.is_toy, campaign.backbones))):
         counts["train_toy"] = trained  # shipped and path backbones are not trained
+    if (fetched := sum(map(campaign.is_hub, campaign.backbones))):
+        counts["fetch_backbone"] = fetched  # a local fetch job per Hub checkpoint
+    if (fetched := sum(map(campaign.reads_dataset_ids, campaign.tasks))):
+        counts["fetch_dataset"] = fetched
     shards = campaign.config["shards"]
     if shards > 1:  # N generate jobs per method, joined by one merge before scoring
         counts["generate"] *= shards

@@ -43,7 +43,8 @@ rule shadow_probe:
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
         " --compile {params.compile} --config-hash {params.config_hash} --out {output.trajectory}"
         " --provenance {output.provenance} --proxies={input.proxies:q} --no-warmup"
-        " --shadow {params.shadow:q} --probes-out {output.probes} {params.limit} > {log} 2>&1"
+        " --shadow {params.shadow:q} --probes-out {output.probes} {params.limit}"
+        " > {log} 2>&1 || show_failure {log}"
 
 
 rule shadow_analysis:
@@ -73,7 +74,8 @@ rule shadow_analysis:
         " --out-bins {output.bins} --out-correlations {output.correlations}"
         " --out-reproduction {output.reproduction} --out-figure {output.figure} &&"
         " python -m dlmpipe csv-page --title {params.label:q} --csv {output.bins}"
-        " {output.correlations} {output.reproduction} --out {output.page}; }} > {log} 2>&1"
+        " {output.correlations} {output.reproduction} --out {output.page}; }}"
+        " > {log} 2>&1 || show_failure {log}"
 
 
 # ---- Archer: matched-state feedback intervention --------------------------------------------
@@ -110,7 +112,7 @@ rule intervention:
         " --compile {params.compile} --proxies={input.proxies:q}"
         " --threshold {params.threshold} --follow {params.follow}"
         " {params.limit} --out-pairs {output.pairs} --out-fresh {output.fresh}"
-        " --out-cached {output.cached} > {log} 2>&1"
+        " --out-cached {output.cached} > {log} 2>&1 || show_failure {log}"
 
 
 rule score_branch:
@@ -132,8 +134,8 @@ rule score_branch:
         "../../envs/score.yaml"
     shell:
         "python -m dlmpipe score --generations {input.generations} --task-file {input.task}"
-        " --out {output} --workers {threads} --sandbox {params.sandbox} > {log} 2>&1"
-        " || {{ tail -n 12 {log} >&2; exit 1; }}"
+        " --out {output} --workers {threads} --sandbox {params.sandbox}"
+        " > {log} 2>&1 || show_failure {log}"
 
 
 rule intervention_analysis:
@@ -161,7 +163,8 @@ rule intervention_analysis:
         " --cached-scores {input.cached} --follow {params.follow} --label {params.label:q}"
         " --out-table {output.branches} --out-paired {output.paired}"
         " --out-figure {output.figure} && python -m dlmpipe csv-page --title {params.label:q}"
-        " --csv {output.branches} {output.paired} --out {output.page}; }} > {log} 2>&1"
+        " --csv {output.branches} {output.paired} --out {output.page}; }}"
+        " > {log} 2>&1 || show_failure {log}"
 
 
 # ---- SPA-Cache: per-layer drift profile ----------------------------------------------------
@@ -195,7 +198,7 @@ rule drift_profile:
         " --method {params.method:q} --seed {params.seed} --device {params.device}"
         " --compile {params.compile} --proxies {input.proxies} {params.rank}"
         " --tau {params.tau} {params.limit}"
-        " --out {output} > {log} 2>&1"
+        " --out {output} > {log} 2>&1 || show_failure {log}"
 
 
 rule drift_analysis:
@@ -221,4 +224,4 @@ rule drift_analysis:
         " --profile {params.profile:q} --label {params.label:q} --out-table {output.layers}"
         " --out-similarity {output.similarity} --out-share {output.share} &&"
         " python -m dlmpipe csv-page --title {params.label:q} --csv {output.layers}"
-        " --out {output.page}; }} > {log} 2>&1"
+        " --out {output.page}; }} > {log} 2>&1 || show_failure {log}"

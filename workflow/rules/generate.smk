@@ -35,7 +35,8 @@ rule generate:
         " --compile {params.compile} --batch-size {resources.batch_size}"
         " --config-hash {params.config_hash} --out {output.generations}"
         " --provenance {output.provenance} --proxies={input.proxies:q}"
-        + ("" if SHARDS == 1 else f" --shard {{wildcards.shard}}/{SHARDS}") + " > {log} 2>&1"
+        + ("" if SHARDS == 1 else f" --shard {{wildcards.shard}}/{SHARDS}")
+        + " > {log} 2>&1 || show_failure {log}"
 
 
 if SHARDS > 1:
@@ -58,4 +59,5 @@ if SHARDS > 1:
         shell:
             "python -m dlmpipe merge-generations --shards {input.shards}"
             " --shard-provenance {input.provenance} --task-file {input.task}"
-            " --out {output.generations} --provenance {output.provenance} > {log} 2>&1"
+            " --out {output.generations} --provenance {output.provenance}"
+            " > {log} 2>&1 || show_failure {log}"

@@ -38,4 +38,4 @@ rule time_method:
         " --method {params.method:q} --reference={params.reference:q} --seed {params.seed}"
         " --device {params.device} --compile {params.compile}"
         " --samples {params.samples} --repeats {params.repeats} --proxies={input.proxies:q}"
-        " --out {output} > {log} 2>&1"
+        " --out {output} > {log} 2>&1 || show_failure {log}"

@@ -1,0 +1,40 @@
+"""benchmarks/cost_by_part.py: the suite's cost by test file and a campaign's by rule."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from .workflow import REPO
+
+spec = importlib.util.spec_from_file_location("cost_by_part", REPO / "benchmarks" / "cost_by_part.py")
+cost_by_part = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cost_by_part)
+
+
+def test_suite_costs_sum_each_files_tests(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text("""<testsuites><testsuite>
+      <testcase classname="tests.test_a" name="t1" time="1.5"/>
+      <testcase classname="tests.test_a" name="t2" time="2.0"/>
+      <testcase classname="tests.test_b" name="t[x]" time="0.25"/>
+    </testsuite></testsuites>""")
+    per_file, tests = cost_by_part.suite_costs(junit)
+    assert per_file == {"test_a.py": [1.5, 2.0], "test_b.py": [0.25]}
+    assert tests[0] == (2.0, "test_a.py::t2")
+
+
+def test_campaign_costs_count_a_job_once_however_many_files_it_wrote(tmp_path, capsys):
+    meta = tmp_path / ".snakemake" / "metadata"
+    meta.mkdir(parents=True)
+    records = [("generate", 1, 100.0, 110.0), ("generate", 1, 100.0, 110.0),  # two outputs, one job
+               ("generate", 2, 105.0, 108.0), ("score", 3, 110.0, 111.0),
+               ("score", 4, 111.0, None)]  # unfinished: not counted
+    for i, (rule, h, start, end) in enumerate(records):
+        (meta / str(i)).write_text(json.dumps({"rule": rule, "job_hash": h, "starttime": start,
+                                               "endtime": end, "incomplete": end is None}))
+    per_rule, span = cost_by_part.campaign_costs(tmp_path)
+    assert {r: sorted(v) for r, v in per_rule.items()} == {"generate": [3.0, 10.0], "score": [1.0]}
+    assert span == 11.0
+    assert cost_by_part.main(["campaign", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "generate" in out and "13.0" in out and "span" in out
