@@ -49,8 +49,11 @@ def campaign_costs(workdir: Path) -> tuple[dict[str, list[float]], float]:
             continue
         if m.get("starttime") is None or m.get("endtime") is None or m.get("incomplete"):
             continue
-        # one job, several outputs: the same hash, start and end
-        jobs[(m["rule"], m.get("job_hash"), m["starttime"])] = (m["rule"], m["starttime"], m["endtime"])
+        # one job, several outputs: the same hash and end; Snakemake stamps each output's start
+        # on its own (microseconds apart), so the job starts at the earliest of them
+        key = (m["rule"], m.get("job_hash"), m["endtime"])
+        start = min(m["starttime"], jobs[key][1]) if key in jobs else m["starttime"]
+        jobs[key] = (m["rule"], start, m["endtime"])
     per_rule: dict[str, list[float]] = defaultdict(list)
     for rule, start, end in jobs.values():
         per_rule[rule].append(end - start)

@@ -21,6 +21,12 @@ import yaml
 from .toy_retraining import ToyRetraining, shared_root
 from .workflow import CONFIGS, REPO, fake_finished_run, run_snakemake  # noqa: F401  (re-exported)
 
+# The commands the tests start themselves (not Snakemake's jobs: Snakemake sets OMP_NUM_THREADS to
+# each rule's threads) run on one thread, as the tests do (``one_thread``): the test workers
+# already fill the cores, and a 2-thread job beside them waits at every OpenMP barrier
+# (test_generate_job.py alone: 62 s at the default 2 threads, 32 s at 1). A value set wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 RETRAIN_TEST = "test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options"
 RETRAINING = pytest.StashKey[ToyRetraining]()
 

@@ -26,7 +26,8 @@ def test_suite_costs_sum_each_files_tests(tmp_path):
 def test_campaign_costs_count_a_job_once_however_many_files_it_wrote(tmp_path, capsys):
     meta = tmp_path / ".snakemake" / "metadata"
     meta.mkdir(parents=True)
-    records = [("generate", 1, 100.0, 110.0), ("generate", 1, 100.0, 110.0),  # two outputs, one job
+    # two outputs of one job: Snakemake stamps each output's start on its own, microseconds apart
+    records = [("generate", 1, 100.0, 110.0), ("generate", 1, 100.00009, 110.0),
                ("generate", 2, 105.0, 108.0), ("score", 3, 110.0, 111.0),
                ("score", 4, 111.0, None)]  # unfinished: not counted
     for i, (rule, h, start, end) in enumerate(records):
