@@ -7,8 +7,19 @@ logits), tests/workflow.py (running Snakemake, reading dry runs) and tests/check
 """
 from __future__ import annotations
 
-import importlib.util
 import os
+
+# Before torch loads (its OpenMP runtime reads these once), for the test processes and every
+# command they start: one thread, as the tests run (``one_thread``), and threads that sleep at an
+# OpenMP barrier instead of spinning (dlmpipe/cli.py's job_environment does the same for jobs).
+# The test workers already fill the cores: two workers training a toy on 2 threads beside one
+# busy process took 32 s each spinning, 10 s sleeping (5 s alone); test_generate_job.py's
+# commands alone 62 s at the default 2 threads, 32 s at 1. Snakemake's jobs get their rule's
+# threads (Snakemake sets OMP_NUM_THREADS); values set by the user win.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import importlib.util  # noqa: E402
 import shutil
 from pathlib import Path
 
@@ -20,12 +31,6 @@ import yaml
 
 from .toy_retraining import ToyRetraining, shared_root
 from .workflow import CONFIGS, REPO, fake_finished_run, run_snakemake  # noqa: F401  (re-exported)
-
-# The commands the tests start themselves (not Snakemake's jobs: Snakemake sets OMP_NUM_THREADS to
-# each rule's threads) run on one thread, as the tests do (``one_thread``): the test workers
-# already fill the cores, and a 2-thread job beside them waits at every OpenMP barrier
-# (test_generate_job.py alone: 62 s at the default 2 threads, 32 s at 1). A value set wins.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 RETRAIN_TEST = "test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options"
 RETRAINING = pytest.StashKey[ToyRetraining]()
