@@ -19,7 +19,7 @@ import re
 import string
 from pathlib import Path
 
-from .sources import DataNotFound, read_records
+from .sources import DataNotFound, option_list, read_records
 from .spec import DOC, Benchmark, DataFile, count_records, local_file
 
 #: metric -> the task row's scoring kind (dlmpipe/scoring/answers.py, the sandbox for code)
@@ -227,13 +227,8 @@ class _Rows:
         if name not in record:
             self._field(record, name, path, n, key)
             return None
-        value = record[name]
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                value = None
-        if not isinstance(value, list) or not value:
+        value = option_list(record[name])
+        if value is None:
             self.found(key, "list", f"record {n} of {path}: field {name!r} is not a list "
                        "of options (nor a JSON list)")
             return None

@@ -25,7 +25,7 @@ import json
 import random
 
 from .spec import Benchmark, DataFile, counted, is_dataset_id
-from .sources import read_records, require, resolve_source
+from .sources import option_list, read_records, require, resolve_source
 
 LETTERS = "ABCDEFGHIJKLMNOP"
 GPQA_INSTRUCTION = ("What is the correct answer to this question: {question}\n\nChoices:\n{choices}"
@@ -103,13 +103,8 @@ def _mmlu_pro_rows(task: str, src, records: list[dict]) -> list[dict]:
     out = []
     for n, r in enumerate(records):
         require(task, src, r, _MMLU_PRO_KEYS, n)
-        options = r["options"]
-        if isinstance(options, str):
-            try:
-                options = json.loads(options)
-            except json.JSONDecodeError:
-                options = None
-        if not isinstance(options, list) or not options:
+        options = option_list(r["options"])
+        if options is None:
             raise ValueError(f"{task}: malformed data file {src}: record {n}: options is not a list")
         options = [str(o) for o in options if o != "N/A"]
         answer = str(r["answer"]).strip()

@@ -126,6 +126,17 @@ def require(task: str, source, row: dict, keys: Iterable[str], n: int) -> None:
         raise ValueError(f"{task}: malformed data file {source}: record {n} lacks {missing}")
 
 
+def option_list(value) -> list | None:
+    """A record's options: a non-empty list, or a JSON string of one (CSV and Parquet files
+    store lists as text); None for anything else, for the caller to report."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    return value if isinstance(value, list) and value else None
+
+
 def data_dirs() -> list[Path]:
     """Where loaders look for a default file: $DLMPIPE_DATA_DIR, then ../shared/data from the
     working directory and from the repository (resolved, each once)."""
