@@ -96,6 +96,31 @@ include: "workflow/rules/analyses.smk"
 report: "workflow/report/workflow.rst"
 
 
+# Local jobs start without each importing torch: one job server per run forks them from a process
+# that imported it once (dlmpipe/jobserver.py; docs/ARCHITECTURE.md, "Job start-up"). Not on a
+# cluster, not with conda environments (another interpreter), not with DLMPIPE_JOB_SERVER=0.
+JOB_SERVER = []
+
+
+onstart:
+    if PYTHON_BIN:
+        from dlmpipe import jobserver
+
+        JOB_SERVER.append(jobserver.start(workflow, DLMPIPE_SRC))
+
+
+onsuccess:
+    from dlmpipe import jobserver
+
+    jobserver.stop(JOB_SERVER.pop() if JOB_SERVER else None)
+
+
+onerror:
+    from dlmpipe import jobserver
+
+    jobserver.stop(JOB_SERVER.pop() if JOB_SERVER else None)
+
+
 localrules:
     all,
     prepare_backbone,
