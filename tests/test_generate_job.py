@@ -44,6 +44,23 @@ def _cmd(root: Path, out: Path, method=METHOD, batch_size="auto") -> list[str]:
             "--seed", "3", "--device", "cpu", "--config-hash", "abc", "--batch-size", str(batch_size)]
 
 
+@pytest.fixture(scope="module")
+def batch_one(job_inputs):
+    """``batch_one(method)`` -> the job's output at batch size 1, decoded once per method for
+    the tests that compare with it (a batched job's tokens, a killed and resumed job's); they
+    only read it."""
+    root, env = job_inputs
+    outputs = {}
+
+    def output(method: dict) -> Path:
+        if method["name"] not in outputs:
+            out = root / f"b1-{method['name']}.parquet"
+            subprocess.run(_cmd(root, out, method, 1), check=True, env=env, capture_output=True)
+            outputs[method["name"]] = out
+        return outputs[method["name"]]
+    return output
+
+
 def test_generated_length_counts_the_tokens_before_the_first_stop_or_pad():
     # (the briefly trained session toy rarely stops early: the cut is checked here by hand)
     assert cut_at_stop([5, 6, 2, 7, 2], stop_ids=[2]) == [5, 6]
@@ -106,12 +123,11 @@ ARCHER = {"name": "archer-k4", "gen_length": 32,
 
 
 @pytest.mark.parametrize("method", [METHOD, ARCHER], ids=["full", "archer"])
-def test_batched_job_decodes_the_tokens_of_batch_one(job_inputs, method):
+def test_batched_job_decodes_the_tokens_of_batch_one(job_inputs, batch_one, method):
     """Batch size is a scheduling setting: the same tokens and statistics at 1 and 5 (16
     samples, so slots take new samples as others finish); every row records its batch size."""
     root, env = job_inputs
-    one, five = root / f"b1-{method['name']}.parquet", root / f"b5-{method['name']}.parquet"
-    subprocess.run(_cmd(root, one, method, 1), check=True, env=env, capture_output=True)
+    one, five = batch_one(method), root / f"b5-{method['name']}.parquet"
     subprocess.run(_cmd(root, five, method, 5), check=True, env=env, capture_output=True)
     a, b = pq.read_table(one).to_pylist(), pq.read_table(five).to_pylist()
     assert [r["sample_index"] for r in b] == list(range(16))
@@ -132,12 +148,12 @@ def test_batch_size_with_a_compile_mode_is_refused(job_inputs):
     assert not out.exists() and not out.with_name(out.name + ".journal.jsonl").exists()
 
 
-def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs):
+def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs, batch_one):
     """Killed mid-job at batch size 4 and resumed at 1: only what is left is decoded (batch
-    size is not part of the journal's identity), every sample once."""
+    size is not part of the journal's identity), every sample once, the tokens of the job run
+    through at batch size 1 (``batch_one``)."""
     root, env = job_inputs
-    ref = root / "ref-kill.parquet"
-    subprocess.run(_cmd(root, ref, batch_size=1), check=True, env=env, capture_output=True)
+    ref = batch_one(METHOD)
     out = root / "killed.parquet"
     journal = root / "killed.parquet.journal.jsonl"
     proc = subprocess.Popen(_cmd(root, out, batch_size=4), env=env, stdout=subprocess.DEVNULL,

@@ -22,7 +22,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .workflow import (CONFIGS, REPO, fake_finished_run, group_jobs, job_blocks, run_snakemake,
+from .workflow import (CONFIGS, REPO, group_jobs, job_blocks, run_snakemake,
                        submissions)
 
 PROFILE = REPO / "profiles" / "slurm"
@@ -201,18 +201,20 @@ def test_profile_groups_jobs_and_plan_counts_its_submissions(tmp_path, tiny_conf
         assert len(timing) == -(-decoded // sizes["timing"]) and sum(map(len, timing)) == decoded
 
 
-def test_groups_only_on_a_cluster_and_they_rerun_nothing(tmp_path, tiny_config, write_config):
+def test_groups_only_on_a_cluster_and_they_rerun_nothing(tmp_path, tiny_config, write_config,
+                                                        finished_run):
     """A local dry run shows every job on its own as before (Snakemake runs groups only on a
     cluster), and a finished run planned with the profile's groups, or with other group sizes,
-    has nothing to do: grouping changes no job's outputs or params."""
+    has nothing to do: grouping changes no job's outputs or params. The finished run is the
+    session's shared run of the tiny campaign (conftest's ``finished_run``: dry runs only read
+    it; real where the commands are importable, else a --touch fake as here before)."""
     config = write_config(tiny_config, tmp_path / "c.yaml")
     local = run_snakemake(tmp_path, "-n", configfile=config).stdout
     assert not group_jobs(local) and "Group job" not in local
-    fake_finished_run(tmp_path, config)
     tiny_config["cluster"] = {"group_components": {"decode": 3, "timing": None}}
     regrouped = write_config(tiny_config, tmp_path / "regrouped.yaml")
     for configfile in (config, regrouped):
-        proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), configfile=configfile)
+        proc = run_snakemake(finished_run, "-n", "--profile", str(PROFILE), configfile=configfile)
         assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
 
 
