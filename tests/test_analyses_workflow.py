@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +19,7 @@ from dlmpipe.campaign import Campaign, ConfigError
 
 from .browser import chromium_or_skip_reason
 from .report_pages import walk_report
-from .workflow import CONFIGS, REPO, REPORT_JOBS, fake_finished_run, scheduled, timing_jobs
+from .workflow import CONFIGS, REPO, REPORT_JOBS, dry_runs, scheduled, timing_jobs
 
 CHROMIUM, NO_CHROMIUM = chromium_or_skip_reason()
 
@@ -44,23 +43,12 @@ def with_analyses(analyses: dict | None) -> dict:
     return config
 
 
-def planned(workdir: Path, snakemake, name: str, config: dict) -> set[tuple]:
-    path = workdir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return scheduled(snakemake(workdir, "-n", configfile=path).stdout)
-
-
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, snakemake):
-    """Two finished runs (faked: outputs and metadata): the tiny campaign, and with analyses."""
-    runs = {}
-    for name, analyses in (("plain", None), ("analysed", ANALYSES)):
-        workdir = tmp_path_factory.mktemp(name)
-        path = workdir / "config.yaml"
-        path.write_text(yaml.safe_dump(with_analyses(analyses), sort_keys=False))
-        fake_finished_run(workdir, path)
-        runs[name] = workdir
-    return runs
+def finished(finished_run, analysed_run) -> dict[str, Path]:
+    """Two finished runs: the tiny campaign (the session's, conftest's ``finished_run``), and
+    with every analysis (this module's real run, ``analysed_run`` below). Dry runs only: they
+    change neither (their configs are written elsewhere)."""
+    return {"plain": finished_run, "analysed": analysed_run}
 
 
 # ---- the config section ----------------------------------------------------------------------
@@ -126,15 +114,28 @@ CHANGES = {
 }
 
 
+def method_change() -> dict:
+    """archer's sampler changed: both archer methods, and every analysis of them, rerun."""
+    config = with_analyses(ANALYSES)
+    config["methods"]["archer"]["sampler"]["n"] = 3
+    return config
+
+
 @pytest.fixture(scope="module")
-def reruns(finished, snakemake) -> dict[str, set[tuple]]:
-    def plan(name):
-        run, change, _ = CHANGES[name]
+def reruns(finished, tmp_path_factory) -> dict[str, set[tuple]]:
+    """What each change (CHANGES, and ``method-param``: ``method_change``) schedules on its
+    finished run: every dry run at once, each its own Snakemake process (tests/workflow.py's
+    ``dry_runs``: forked from one interpreter that imported Snakemake once)."""
+    configs = tmp_path_factory.mktemp("changed-configs")
+    runs = {}
+    for name, (run, change, _) in CHANGES.items():
         analyses = change(copy.deepcopy(ANALYSES)) if callable(change) else change
-        return planned(finished[run], snakemake, name, with_analyses(analyses))
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {name: pool.submit(plan, name) for name in CHANGES}
-        return {name: f.result() for name, f in futures.items()}
+        runs[name] = (finished[run], with_analyses(analyses))
+    runs["method-param"] = (finished["analysed"], method_change())
+    for name, (_, config) in runs.items():
+        (configs / f"{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    procs = dry_runs([(workdir, configs / f"{name}.yaml") for name, (workdir, _) in runs.items()])
+    return {name: scheduled(proc.stdout) for name, proc in zip(runs, procs)}
 
 
 @pytest.mark.parametrize("name", list(CHANGES))
@@ -142,10 +143,8 @@ def test_an_analysis_change_reruns_exactly_its_jobs(reruns, name):
     assert reruns[name] == CHANGES[name][2]
 
 
-def test_a_method_change_reruns_its_analyses_too(finished, snakemake):
-    config = with_analyses(ANALYSES)
-    config["methods"]["archer"]["sampler"]["n"] = 3
-    jobs = planned(finished["analysed"], snakemake, "method-param", config)
+def test_a_method_change_reruns_its_analyses_too(reruns):
+    jobs = reruns["method-param"]  # method_change: archer's sampler n = 3
     decoding = {(rule, "toy", t, m) for rule in ("generate", "score") for t in ("toy_code", "toy_arith")
                 for m in ("archer-k1", "archer-kinf")}
     # each method is timed in its own job: the two changed methods are re-timed on both tasks
@@ -180,9 +179,18 @@ def analysed_run(tmp_path_factory, snakemake, finished_run) -> Path:
     return workdir
 
 
+@pytest.fixture(scope="module")
+def analysed_report(analysed_run, snakemake, tmp_path_factory) -> Path:
+    """``snakemake --report`` of the real run with every analysis, made once for the two tests
+    that read it."""
+    report = tmp_path_factory.mktemp("analysed-report") / "report.html"
+    snakemake(analysed_run, "--report", str(report), configfile=analysed_run / "config.yaml")
+    return report
+
+
 @pytest.mark.slow
-def test_tiny_campaign_with_every_analysis(analysed_run, snakemake):
-    tmp_path, path = analysed_run, analysed_run / "config.yaml"
+def test_tiny_campaign_with_every_analysis(analysed_run, analysed_report):
+    tmp_path = analysed_run
     root = tmp_path / "results" / "analyses"
 
     shadow = root / "shadow" / "toy" / "toy_code" / "archer-kinf"
@@ -222,20 +230,17 @@ def test_tiny_campaign_with_every_analysis(analysed_run, snakemake):
     pngs = [shadow / "disagreement.png", inter / "intervention.png", drift / "similarity.png",
             drift / "drift_share.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
-    snakemake(tmp_path, "--report", "report.html", configfile=path)
-    html = (tmp_path / "report.html").read_text(errors="replace")
+    html = analysed_report.read_text(errors="replace")
     assert "Mechanism analyses" in html
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
-def test_the_analyses_open_in_the_report_in_a_browser(analysed_run, snakemake, tmp_path):
+def test_the_analyses_open_in_the_report_in_a_browser(analysed_report, tmp_path):
     """Each analysis target is a subcategory of "Mechanism analyses" whose tables open as one
     HTML page (its CSV tables) and whose figures open as images, with no console error
     (tests/test_report_browser.py walks the rest of the report the same way)."""
-    snakemake(analysed_run, "--report", str(tmp_path / "report.html"),
-              configfile=analysed_run / "config.yaml")
-    walked = walk_report(tmp_path / "report.html", tmp_path / "downloads", binary=CHROMIUM)
+    walked = walk_report(analysed_report, tmp_path / "downloads", binary=CHROMIUM)
     assert walked["errors"] == []
     shown = walked["pages"]["Mechanism analyses"]
     tables = {"shadow": 3, "intervention": 2, "drift": 1}  # the CSV tables of each analysis

@@ -200,18 +200,23 @@ def test_chat_template_is_the_checkpoints_and_its_family_takes_one_turn():
 
 def test_a_campaign_task_names_an_lm_eval_task_and_the_summary_has_both_verdicts(tmp_path, gsm8k):
     """``benchmark: lm_eval`` validates, and its jobs (prepare-task with the campaign's options,
-    generate, score, summarize) give every score both verdicts and the summary a column each."""
+    generate, score, summarize) give every score both verdicts and the summary a column each.
+    The job commands run in this process (``dlmpipe.cli.main``, as ``python -m dlmpipe`` runs
+    them): the property is what they write, not the process boundary (a job's own process:
+    tests/test_generate_job.py; the score stage without torch: the last test here)."""
     import pandas as pd
 
     from dlmpipe.campaign import Campaign
+    from dlmpipe.cli import main as cli
 
     config = {"backbones": {"toy": {"shipped": "toy"}}, "reference_method": "ref",
               "tasks": {"gsm8k-lm": {"benchmark": "lm_eval", "lm_eval_task": "gsm8k",
                                      "num_fewshot": 0, **gsm8k, "limit": 3, "gen_length": 32}},
               "methods": {"ref": {"sampler": {"name": "llada_confidence"}, "cache": {"name": "none"}}}}
     campaign = Campaign(config)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "dlmpipe", *a], check=True,  # noqa: E731
-                                    capture_output=True, text=True, cwd=REPO)
+
+    def run(*args: str) -> None:
+        assert cli(list(args)) == 0, args
     run("prepare-backbone", "--path", str(campaign.checkpoint_path("toy")), "--name", "toy",
         "--out", str(tmp_path / "manifest.json"))
     run("prepare-task", "--name", campaign.benchmark("gsm8k-lm"), "--options",
