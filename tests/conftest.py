@@ -208,3 +208,15 @@ def finished_run(tmp_path_factory):
     proc = run_snakemake(workdir, "-n", configfile=config)
     assert "Nothing to be done" in proc.stdout + proc.stderr
     return workdir
+
+
+@pytest.fixture(scope="session")
+def warm_snakemake(tmp_path_factory):
+    """Like ``snakemake`` (same call, same CompletedProcess), each command forked from one
+    process that imported Snakemake and the workflow's modules once (tests/workflow.py's
+    WarmSnakemake): a dry run of the tiny campaign in about a quarter of the time."""
+    from .workflow import WarmSnakemake
+
+    runner = WarmSnakemake(tmp_path_factory.mktemp("warm-snakemake"))
+    yield runner
+    runner.close()

@@ -212,16 +212,16 @@ def test_plan_prints_each_block_causal_backbones_size_and_gen_length_mapping(blo
 
 
 # ---- the workflow: a backbone's block size is a param of its generate jobs ---------------------
-def test_changing_a_backbones_block_size_reruns_exactly_its_jobs(tmp_path, snakemake, tiny_config,
+def test_changing_a_backbones_block_size_reruns_exactly_its_jobs(tmp_path, warm_snakemake, tiny_config,
                                                                  write_config):
     cfg = tiny_config
     cfg["backbones"]["blk"] = {"shipped": "toy_block"}
     base = write_config(cfg, tmp_path / "base.yaml")
-    fake_finished_run(tmp_path, base)
+    fake_finished_run(tmp_path, base, snakemake=warm_snakemake)
     methods = ["llada-confidence", "archer-k1", "archer-kinf"]
     tasks = ["toy_code", "toy_arith"]
     cfg["backbones"]["blk"]["block_size"] = 4
-    proc = snakemake(tmp_path, "-n", configfile=write_config(cfg, tmp_path / "changed.yaml"))
+    proc = warm_snakemake(tmp_path, "-n", configfile=write_config(cfg, tmp_path / "changed.yaml"))
     assert scheduled(proc.stdout) == (decoding_jobs(["blk"], tasks, methods)
                                       | timing_jobs(["blk"], tasks, methods) | REPORT_JOBS)
 

@@ -62,10 +62,10 @@ def test_analyses_cover_where_the_method_runs(tiny_config):
     assert c.analysis_targets("shadow") == [("toy", "toy_arith", "archer-kinf")]
 
 
-def test_the_dag_of_a_scoped_campaign(tmp_path, snakemake, tiny_config, write_config):
+def test_the_dag_of_a_scoped_campaign(tmp_path, warm_snakemake, tiny_config, write_config):
     config = scoped(tiny_config, tasks=["toy_code"])
     path = write_config(config, tmp_path / "scoped.yaml")
-    proc = snakemake(tmp_path, "-n", configfile=path)
+    proc = warm_snakemake(tmp_path, "-n", configfile=path)
     assert job_counts(proc.stdout) == expected_counts(Campaign(config))
     jobs = scheduled(proc.stdout)
     assert {j for j in jobs if j[0] == "generate"} == {
@@ -73,11 +73,11 @@ def test_the_dag_of_a_scoped_campaign(tmp_path, snakemake, tiny_config, write_co
         + [("toy_arith", "llada-confidence")]}
 
 
-def test_narrowing_a_method_reruns_only_the_timing_of_what_it_left(tmp_path, snakemake, tiny_config,
+def test_narrowing_a_method_reruns_only_the_timing_of_what_it_left(tmp_path, warm_snakemake, tiny_config,
                                                                      write_config):
-    fake_finished_run(tmp_path, write_config(tiny_config, tmp_path / "all.yaml"))
+    fake_finished_run(tmp_path, write_config(tiny_config, tmp_path / "all.yaml"), snakemake=warm_snakemake)
     narrowed = write_config(scoped(tiny_config, tasks=["toy_code"]), tmp_path / "narrowed.yaml")
-    jobs = scheduled(snakemake(tmp_path, "-n", configfile=narrowed).stdout)
+    jobs = scheduled(warm_snakemake(tmp_path, "-n", configfile=narrowed).stdout)
     # the other generations' parameters are unchanged: no decoding and no timing reruns (each
     # method is timed in its own job); the report is rebuilt from fewer rows
     assert jobs == REPORT_JOBS

@@ -120,9 +120,9 @@ def _planned(stdout: str) -> dict[tuple[str, str, str], dict]:
     return out
 
 
-def test_generate_jobs_get_each_backbones_parameters(tmp_path, snakemake, write_config, checkpoints):
+def test_generate_jobs_get_each_backbones_parameters(tmp_path, warm_snakemake, write_config, checkpoints):
     path = write_config(two_backbones(checkpoints), tmp_path / "two.yaml")
-    planned = _planned(snakemake(tmp_path, "-n", "-p", configfile=path).stdout)
+    planned = _planned(warm_snakemake(tmp_path, "-n", "-p", configfile=path).stdout)
     assert len(planned) == 2 * 2 * 2
     for task in ("toy_arith", "toy_code"):
         assert planned[("llada", task, "spa")]["cache"]["profile"] == "llada-1.5"
@@ -132,11 +132,11 @@ def test_generate_jobs_get_each_backbones_parameters(tmp_path, snakemake, write_
     assert planned[("llada", "toy_arith", "archer")]["cache"]["K"] == 8
 
 
-def test_changing_an_override_reruns_exactly_its_jobs(tmp_path, snakemake, write_config, checkpoints):
+def test_changing_an_override_reruns_exactly_its_jobs(tmp_path, warm_snakemake, write_config, checkpoints):
     from concurrent.futures import ThreadPoolExecutor
 
     config = two_backbones(checkpoints)
-    fake_finished_run(tmp_path, write_config(config, tmp_path / "two.yaml"))
+    fake_finished_run(tmp_path, write_config(config, tmp_path / "two.yaml"), snakemake=warm_snakemake)
     changes = {
         "dream-K": lambda o: o["dream"]["cache"].update(K=9),
         "pair-K": lambda o: o["llada/toy_code"]["cache"].update(K=4),
@@ -148,7 +148,7 @@ def test_changing_an_override_reruns_exactly_its_jobs(tmp_path, snakemake, write
     def rerun(name) -> set[tuple]:  # dry runs only read: side by side
         changed = copy.deepcopy(config)
         changes[name](changed["methods"]["archer"]["overrides"])
-        proc = snakemake(tmp_path, "-n", configfile=write_config(changed, tmp_path / f"{name}.yaml"))
+        proc = warm_snakemake(tmp_path, "-n", configfile=write_config(changed, tmp_path / f"{name}.yaml"))
         return scheduled(proc.stdout)
 
     with ThreadPoolExecutor(max_workers=len(changes)) as pool:
@@ -162,7 +162,7 @@ def test_changing_an_override_reruns_exactly_its_jobs(tmp_path, snakemake, write
     assert got["same-K"] == set()
 
 
-def test_jobs_record_the_parameters_they_decoded_with(tmp_path, snakemake, write_config, checkpoints):
+def test_jobs_record_the_parameters_they_decoded_with(tmp_path, warm_snakemake, write_config, checkpoints):
     """A real run of the generate jobs (and the manifests they need): SPA-Cache decodes each
     backbone with its own profile, which the generations' params, the provenance and the
     per-layer budget the cache really applied all show."""
@@ -174,7 +174,7 @@ def test_jobs_record_the_parameters_they_decoded_with(tmp_path, snakemake, write
     config["methods"]["spa"]["cache"]["identifier"] = "value"  # no SVD jobs: the profile is what counts
     path = write_config(config, tmp_path / "two.yaml")
     gens = {b: Path("results", "generations", b, "toy_arith", "spa.parquet") for b in ("llada", "dream")}
-    snakemake(tmp_path, "--cores", "2", *map(str, gens.values()), configfile=path)
+    warm_snakemake(tmp_path, "--cores", "2", *map(str, gens.values()), configfile=path)
     gens = {b: tmp_path / g for b, g in gens.items()}
     for backbone, profile in (("llada", "llada-1.5"), ("dream", "dream-7b")):
         rows = pq.read_table(gens[backbone]).to_pylist()

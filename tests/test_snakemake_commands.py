@@ -21,7 +21,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .workflow import CONFIGS, REPO, expected_counts, job_counts, run_snakemake
+from .workflow import CONFIGS, REPO, expected_counts, job_counts
 
 CAMPAIGNS = {"default": REPO / "config.yaml", "campaign-file": CONFIGS / "tiny.yaml"}
 COMMANDS = {"dag": ["--dag"], "rulegraph": ["--rulegraph"], "summary": ["--summary"],
@@ -46,13 +46,14 @@ def campaign_workdir(root: Path, campaign: str) -> tuple[Path, Path | None]:
 
 
 @pytest.fixture(scope="module")
-def ran(tmp_path_factory) -> dict[tuple[str, str], subprocess.CompletedProcess]:
-    """(campaign, command) -> its process; each in its own working directory, side by side."""
+def ran(tmp_path_factory, warm_snakemake) -> dict[tuple[str, str], subprocess.CompletedProcess]:
+    """(campaign, command) -> its process; each in its own working directory, side by side
+    (forked from a warm process: conftest's ``warm_snakemake``)."""
     root = tmp_path_factory.mktemp("commands")
 
     def run(campaign, command):
         workdir, configfile = campaign_workdir(root / command, campaign)
-        return run_snakemake(workdir, *COMMANDS[command], configfile=configfile, check=False)
+        return warm_snakemake(workdir, *COMMANDS[command], configfile=configfile, check=False)
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = {(c, k): pool.submit(run, c, k) for c in CAMPAIGNS for k in COMMANDS}
@@ -170,9 +171,9 @@ def test_summary_lists_every_output_before_a_run(ran, campaign):
     assert {(r["status"], r["plan"]) for r in rows.values()} == {("missing", "update pending")}
 
 
-def test_summary_of_a_finished_run(finished_run, snakemake):
-    rows = summary_rows(succeeded(snakemake(finished_run, "--summary", configfile=CAMPAIGNS["campaign-file"],
-                                            check=False)))
+def test_summary_of_a_finished_run(finished_run, warm_snakemake):
+    rows = summary_rows(succeeded(warm_snakemake(finished_run, "--summary",
+                                                 configfile=CAMPAIGNS["campaign-file"], check=False)))
     assert expected_outputs(campaign_of("campaign-file")) <= set(rows)
     assert {(r["status"], r["plan"]) for r in rows.values()} == {("ok", "no update")}
     assert all(r["date"] != "-" for r in rows.values())
@@ -209,12 +210,12 @@ def test_report_before_a_run_names_the_missing_result(ran, campaign):
     assert "number of cores" not in proc.stdout + proc.stderr
 
 
-def test_report_of_a_finished_run(finished_run, snakemake, tmp_path):
+def test_report_of_a_finished_run(finished_run, warm_snakemake, tmp_path):
     if not (finished_run / "results" / "summary.csv").stat().st_size:
         pytest.skip("the finished run is faked (DLMPIPE_DAG_TOUCH=1): no summary or plots to report")
     report = tmp_path / "report.html"
-    proc = snakemake(finished_run, "--report", str(report), configfile=CAMPAIGNS["campaign-file"],
-                     check=False)
+    proc = warm_snakemake(finished_run, "--report", str(report), configfile=CAMPAIGNS["campaign-file"],
+                          check=False)
     succeeded(proc)
     assert "Report created" in proc.stdout + proc.stderr
     html = report.read_text()
@@ -224,7 +225,7 @@ def test_report_of_a_finished_run(finished_run, snakemake, tmp_path):
     assert "quality" in html  # the summary's contents, not only its name
 
 
-def test_unlock_after_a_killed_run(tmp_path):
+def test_unlock_after_a_killed_run(tmp_path, warm_snakemake):
     """After a killed run Snakemake refuses the locked directory and says it "can be removed with
     the --unlock argument"; `snakemake --unlock` as such removes the lock."""
     workdir, _ = campaign_workdir(tmp_path, "default")
@@ -241,9 +242,9 @@ def test_unlock_after_a_killed_run(tmp_path):
         run.wait()
     assert locks.is_dir() and any(locks.iterdir()), "the run never locked its working directory"
 
-    locked = run_snakemake(workdir, "--cores", "1", "--until", "prepare_task", check=False)
+    locked = warm_snakemake(workdir, "--cores", "1", "--until", "prepare_task", check=False)
     assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
 
-    unlocked = run_snakemake(workdir, "--unlock", check=False)
+    unlocked = warm_snakemake(workdir, "--unlock", check=False)
     assert "Unlocked working directory" in succeeded(unlocked) + unlocked.stderr
     assert not locks.exists() or not any(locks.iterdir())

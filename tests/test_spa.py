@@ -276,11 +276,12 @@ def _jobs(stdout: str) -> set[tuple]:
     return {(rule, method) for rule, _, _, method in scheduled(stdout)}
 
 
-def test_svd_rule_runs_once_per_backbone_and_not_for_spa_parameter_changes(tmp_path, snakemake, write_config):
+def test_svd_rule_runs_once_per_backbone_and_not_for_spa_parameter_changes(tmp_path, warm_snakemake,
+                                                                            write_config):
     from concurrent.futures import ThreadPoolExecutor
 
     path, config = _spa_campaign(tmp_path, write_config)
-    dry = snakemake(tmp_path, "-n", "-p", configfile=path).stdout
+    dry = warm_snakemake(tmp_path, "-n", "-p", configfile=path).stdout
     assert re.search(r"^svd\s+1\s*$", dry, re.M)
     # only the singular-proxy method's generate jobs read the proxies file
     with_proxies = re.findall(r"--method '(\{.*?\})'.*--proxies=(\S*)", dry)
@@ -288,7 +289,7 @@ def test_svd_rule_runs_once_per_backbone_and_not_for_spa_parameter_changes(tmp_p
     assert by_method.pop("spa") == "results/backbones/toy/proxies.safetensors"
     assert set(by_method.values()) == {""}
 
-    fake_finished_run(tmp_path, path)
+    fake_finished_run(tmp_path, path, snakemake=warm_snakemake)
 
     changes = {"rank": {"rank": 8},
                "budget": {"budget": "uniform", "rho": 0.5, "kv_update": "dense", "refresh_steps": 4}}
@@ -297,9 +298,10 @@ def test_svd_rule_runs_once_per_backbone_and_not_for_spa_parameter_changes(tmp_p
         if name == "backbone":  # retraining the toy changes the backbone: the SVD reruns
             _, changed = _spa_campaign(tmp_path, write_config)
             changed["backbones"]["toy"]["toy"]["steps"] += 1
-            return _jobs(snakemake(tmp_path, "-n", configfile=write_config(changed, tmp_path / "b.yaml")).stdout)
+            changed = write_config(changed, tmp_path / "b.yaml")
+            return _jobs(warm_snakemake(tmp_path, "-n", configfile=changed).stdout)
         changed, _ = _spa_campaign(tmp_path, write_config, f"{name}.yaml", **changes[name])
-        return _jobs(snakemake(tmp_path, "-n", configfile=changed).stdout)
+        return _jobs(warm_snakemake(tmp_path, "-n", configfile=changed).stdout)
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = dict(zip([*changes, "backbone"], pool.map(rerun, [*changes, "backbone"])))

@@ -20,39 +20,39 @@ from .workflow import (CONFIGS, REPO, REPORT_JOBS, decoding_jobs, expected_count
                        scheduled, timing_jobs)
 
 
-def test_lint_passes(snakemake):
-    proc = snakemake(REPO, "--lint")
+def test_lint_passes(warm_snakemake):
+    proc = warm_snakemake(REPO, "--lint")
     assert "Congratulations, your workflow is in a good condition" in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("config", [REPO / "config.yaml", CONFIGS / "tiny.yaml"],
                          ids=["default", "tiny"])
-def test_job_counts_follow_the_config(tmp_path, snakemake, config):
-    proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=config)
+def test_job_counts_follow_the_config(tmp_path, warm_snakemake, config):
+    proc = warm_snakemake(tmp_path, "-n", "--quiet", "rules", configfile=config)
     counts = job_counts(proc.stdout)
     campaign = Campaign(yaml.safe_load(config.read_text()))
     assert {k: v for k, v in counts.items() if v} == expected_counts(campaign)
 
 
-def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, snakemake):
-    proc = snakemake(tmp_path, "-n", "-p", "--config", "device=cuda", configfile=CONFIGS / "tiny.yaml")
+def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, warm_snakemake):
+    proc = warm_snakemake(tmp_path, "-n", "-p", "--config", "device=cuda", configfile=CONFIGS / "tiny.yaml")
     blocks = job_blocks(proc.stdout)
     resources = {rule: re.search(r"resources: (.*)", body).group(1) for rule, body in blocks
                  if "resources:" in body}
     assert "gpu=1" in resources["generate"] and "gpu" not in resources["score"]
     assert "--device cuda" in proc.stdout and "--compile none" in proc.stdout
-    proc = snakemake(tmp_path, "-n", "-p", "--config", "device=cuda", "compile=cuda_graphs",
-                     configfile=CONFIGS / "tiny.yaml")
+    proc = warm_snakemake(tmp_path, "-n", "-p", "--config", "device=cuda", "compile=cuda_graphs",
+                          configfile=CONFIGS / "tiny.yaml")
     assert "--device cuda --compile cuda_graphs" in proc.stdout
 
 
-def test_generate_jobs_decode_with_the_effective_gen_length(tmp_path, snakemake, tiny_config,
+def test_generate_jobs_decode_with_the_effective_gen_length(tmp_path, warm_snakemake, tiny_config,
                                                             write_config):
     tiny_config["methods"]["scaling"] = {"sampler": {"name": "dream"}, "cache": {"name": "none"},
                                          "sweep": {"gen_length": [4, 16]}}
     tiny_config["tasks"]["code-2"] = {"benchmark": "toy_code", "n": 2, "gen_length": 12}
     config = write_config(tiny_config, tmp_path / "scaling.yaml")
-    proc = snakemake(tmp_path, "-n", "-p", configfile=config)
+    proc = warm_snakemake(tmp_path, "-n", "-p", configfile=config)
     planned = {}
     for task, method in re.findall(r"--task-file \S*/tasks/(\S+)\.parquet --method '(\{.*?\})'",
                                    proc.stdout):
@@ -64,7 +64,7 @@ def test_generate_jobs_decode_with_the_effective_gen_length(tmp_path, snakemake,
     assert "prepare-task --name toy_code --options '{\"n\":2}'" in proc.stdout
 
 
-def test_a_tasks_local_files_are_inputs_of_its_preparation(tmp_path, snakemake, tiny_config,
+def test_a_tasks_local_files_are_inputs_of_its_preparation(tmp_path, warm_snakemake, tiny_config,
                                                            write_config):
     """`source`, `base_source` and `fewshot_source`: editing any of them rebuilds the task."""
     data = Path(__file__).resolve().parent / "data"
@@ -72,7 +72,7 @@ def test_a_tasks_local_files_are_inputs_of_its_preparation(tmp_path, snakemake, 
                                          "fewshot_source": str(data / "mmlu_pro_validation.jsonl")},
                             "mbpp_et": {"gen_length": 8, "source": str(data / "MBPP_ET.jsonl"),
                                         "base_source": str(data / "math500_test.jsonl")}}
-    proc = snakemake(tmp_path, "-n", configfile=write_config(tiny_config, tmp_path / "c.yaml"))
+    proc = warm_snakemake(tmp_path, "-n", configfile=write_config(tiny_config, tmp_path / "c.yaml"))
     blocks = re.findall(r"^(?:local)?rule prepare_task:\n((?:    .*\n?)*)", proc.stdout, re.M)
     inputs = {re.search(r"wildcards: task=(\S+)", b).group(1): re.search(r"input: (.*)", b).group(1)
               for b in blocks}
@@ -190,10 +190,10 @@ CHANGES = {
 
 
 @pytest.fixture(scope="module")
-def reruns(finished_run, snakemake) -> dict[str, set[tuple]]:
+def reruns(finished_run, warm_snakemake) -> dict[str, set[tuple]]:
     """What each change schedules; the dry runs only read, so they run side by side."""
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {name: pool.submit(rerun_after, finished_run, snakemake, name, change)
+        futures = {name: pool.submit(rerun_after, finished_run, warm_snakemake, name, change)
                    for name, (change, _) in CHANGES.items()}
         return {name: f.result() for name, f in futures.items()}
 

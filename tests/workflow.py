@@ -89,9 +89,11 @@ def submissions(stdout: str, local_rules) -> int:
     return len(group_jobs(stdout)) + len(ungrouped)
 
 
-def fake_finished_run(workdir: Path, config: Path) -> None:
-    """Every output created empty, then the metadata a real run records (params included)."""
-    summary = run_snakemake(workdir, "--summary", configfile=config).stdout
+def fake_finished_run(workdir: Path, config: Path, snakemake=None) -> None:
+    """Every output created empty, then the metadata a real run records (params included).
+    ``snakemake``: what runs the commands (default ``run_snakemake``; a ``WarmSnakemake``)."""
+    run = snakemake or run_snakemake
+    summary = run(workdir, "--summary", configfile=config).stdout
     for line in summary.splitlines()[1:]:
         path, rule = line.split("\t")[0], line.split("\t")[2]
         if rule in DIRECTORY_RULES:
@@ -99,8 +101,8 @@ def fake_finished_run(workdir: Path, config: Path) -> None:
         else:
             (workdir / path).parent.mkdir(parents=True, exist_ok=True)
             (workdir / path).touch()
-    run_snakemake(workdir, "--touch", "--forceall", "--cores", "1", configfile=config)
-    proc = run_snakemake(workdir, "-n", configfile=config)
+    run(workdir, "--touch", "--forceall", "--cores", "1", configfile=config)
+    proc = run(workdir, "-n", configfile=config)
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
@@ -139,3 +141,199 @@ def expected_counts(campaign) -> dict[str, int]:
         counts["generate"] *= shards
         counts["merge_generations"] = decoded
     return counts
+
+
+# ---- Snakemake commands forked from one warm process ---------------------------------------------
+#: modules every Snakemake command of this workflow imports (Snakemake's CLI, API and DAG, the
+#: smart_open/requests stack its source cache loads, the profile's yte, dlmpipe's campaign checks):
+#: about 1 s of every `python -m snakemake` (1.5-2 s in all for a dry run of the tiny campaign);
+#: imported once by the server below, they cost a forked command nothing.
+WARM_IMPORTS = ("snakemake.cli", "snakemake.api", "snakemake.dag", "snakemake.workflow",
+                "snakemake.persistence", "smart_open", "yte", "jsonschema", "dlmpipe.campaign",
+                "dlmpipe.campaign.files", "dlmpipe.preflight")
+
+# The server: imports WARM_IMPORTS, then for each request line (JSON: cwd, args, env, stdout and
+# stderr paths) forks a child that runs `python -m snakemake <args>` as that process would (its
+# sys.argv, working directory, environment and standard streams; snakemake.cli.main, the code of
+# `python -m snakemake`), and answers "<id> <exit status>" when the child ends. Single-threaded
+# (a fork copies no other thread's held locks); requests run side by side.
+_FORK_SERVER = r'''
+import importlib, importlib.util, json, os, select, sys
+for name in json.loads(sys.argv[1]):
+    importlib.import_module(name)
+import snakemake.cli
+MAIN = importlib.util.find_spec("snakemake.__main__").origin
+children, pending, stdin = {}, b"", sys.stdin.fileno()
+
+def run(request):
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(null, 0), os.dup2(out, 1), os.dup2(err, 2)
+    for fd in (null, out, err):
+        os.close(fd)
+    sys.argv = [MAIN, *request["args"]]
+    import snakemake.workflow  # the run directory it records at import: this command's
+    snakemake.workflow.Workflow._rundir = os.path.abspath(os.getcwd())
+    try:
+        snakemake.cli.main(request["args"])
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+
+def reap(flags):
+    while children:
+        pid, status = os.waitpid(-1, flags)
+        if not pid:
+            return
+        sys.stdout.write(f"{children.pop(pid)} {os.waitstatus_to_exitcode(status)}\n")
+        sys.stdout.flush()
+
+while True:
+    ready, _, _ = select.select([stdin], [], [], 0.02)
+    if ready:
+        data = os.read(stdin, 65536)
+        if not data:
+            break
+        pending += data
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            request = json.loads(line)
+            sys.stdout.flush(), sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                status = 1
+                try:
+                    status = run(request)
+                finally:
+                    try:
+                        sys.stdout.flush(), sys.stderr.flush()
+                    finally:
+                        os._exit(status)
+            children[pid] = request["id"]
+    reap(os.WNOHANG)
+reap(0)
+'''
+
+
+class WarmSnakemake:
+    """``run_snakemake`` without the start-up: each command is a process forked from one server
+    that has imported Snakemake and the workflow's modules (WARM_IMPORTS), running Snakemake's
+    command line (``snakemake.cli.main``) with the same arguments, working directory, environment
+    and streams as ``run_snakemake``'s ``python -m snakemake``; the result is the same
+    CompletedProcess. Thread-safe: commands from several threads run side by side. ``env``
+    (another environment than this process's) falls back to ``run_snakemake``, since a module
+    imported by the server may have read the environment."""
+
+    def __init__(self, scratch: Path):
+        import itertools
+        import json
+        import threading
+
+        self._json, self._scratch, self._ids = json, Path(scratch), itertools.count()
+        self._lock, self._done, self._status = threading.Lock(), {}, {}
+        self._server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, json.dumps(WARM_IMPORTS)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        cwd=self._scratch)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self._server.stdout:
+            key, status = line.split()
+            self._status[int(key)] = int(status)
+            self._done[int(key)].set()
+        for event in list(self._done.values()):  # the server died: wake every waiter
+            event.set()
+
+    def __call__(self, workdir: Path, *args: str, configfile: Path | None = None, check: bool = True,
+                 env: dict | None = None) -> subprocess.CompletedProcess:
+        import os
+        import threading
+
+        if env is not None:
+            return run_snakemake(workdir, *args, configfile=configfile, check=check, env=env)
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
+               "--directory", str(workdir), *args]
+        if configfile is not None:
+            cmd += ["--configfile", str(configfile)]
+        key = next(self._ids)
+        out, err = self._scratch / f"{key}.out", self._scratch / f"{key}.err"
+        done = self._done[key] = threading.Event()
+        request = {"id": key, "cwd": str(workdir), "args": cmd[3:], "env": dict(os.environ),
+                   "stdout": str(out), "stderr": str(err)}
+        with self._lock:
+            self._server.stdin.write(self._json.dumps(request) + "\n")
+            self._server.stdin.flush()
+        done.wait()
+        if key not in self._status:
+            raise RuntimeError(f"the Snakemake fork server died (exit status {self._server.poll()})")
+        proc = subprocess.CompletedProcess(cmd, self._status.pop(key), out.read_text(), err.read_text())
+        out.unlink(), err.unlink()
+        del self._done[key]
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return proc
+
+    def close(self) -> None:
+        self._server.stdin.close()
+        self._server.wait()
+        self._reader.join()
+
+
+_DRY_RUNNER = r"""
+import json, os, sys
+import snakemake.cli  # once: about 0.6 s of each 1 s dry run of the tiny campaign
+
+runs, parallel, outs = json.loads(sys.argv[1])
+codes, running, queue = {}, {}, list(enumerate(runs))
+while queue or running:
+    while queue and len(running) < parallel:
+        i, (workdir, argv) = queue.pop(0)
+        sys.stdout.flush(), sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: a fresh Snakemake run in its own process, as run_snakemake's
+            code = 1
+            try:
+                os.chdir(workdir)
+                for fd, name in ((1, "out"), (2, "err")):
+                    os.dup2(os.open(f"{outs}/{i}.{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+                sys.argv = ["snakemake", *argv]
+                snakemake.cli.main(argv)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            finally:
+                sys.stdout.flush(), sys.stderr.flush()
+                os._exit(code)
+        running[pid] = i
+    pid, status = os.wait()
+    codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
+print(json.dumps([codes[i] for i in range(len(runs))]))
+"""
+
+
+def dry_runs(runs: list[tuple[Path, Path]], parallel: int = 2,
+             check: bool = True) -> list[subprocess.CompletedProcess]:
+    """``run_snakemake(workdir, "-n", configfile=configfile)`` for each (workdir, configfile),
+    ``parallel`` at a time: each a forked child of one interpreter that imported Snakemake once
+    (the import is most of a small dry run's cost), in its workdir, with its own stdout and
+    stderr, so each plans exactly as its own command would."""
+    import json
+    import tempfile
+
+    argvs = [[str(workdir), ["-s", str(REPO / "Snakefile"), "--directory", str(workdir), "-n",
+                             "--configfile", str(configfile)]] for workdir, configfile in runs]
+    with tempfile.TemporaryDirectory() as outs:
+        proc = subprocess.run([sys.executable, "-c", _DRY_RUNNER, json.dumps([argvs, parallel, outs])],
+                              capture_output=True, text=True, check=True)
+        codes = json.loads(proc.stdout.splitlines()[-1])
+        done = []
+        for i, ((workdir, argv), code) in enumerate(zip(argvs, codes)):
+            out, err = (Path(outs, f"{i}.{name}").read_text(errors="replace") for name in ("out", "err"))
+            if check and code != 0:
+                raise AssertionError(f"snakemake {' '.join(argv)} failed:\n{out[-3000:]}\n{err[-3000:]}")
+            done.append(subprocess.CompletedProcess(["snakemake", *argv], code, out, err))
+    return done
