@@ -4,6 +4,11 @@ regression shows up as a file or a rule that grew, not as a CI run that no longe
 - ``suite``: from a pytest JUnit XML (``make test`` writes ``.test-results/junit.xml``): per
   test file its tests, the seconds its tests took (setup, call and teardown, module fixtures
   included, as pytest-xdist's workers report them) and its share, then the slowest tests.
+  Where the XML has each test's CPU seconds (tests/conftest.py records them as ``cpu_s``), also
+  those and an estimate for a machine ``--cpu-ratio`` times slower per core: a test's waiting
+  (wall minus CPU: sleeps, limits, a cluster's polls) stays, its CPU is multiplied. The ratio is
+  the caller's to measure (issue 46's Zen 1 ran the campaign's jobs 5.8x slower than a Sapphire
+  Rapids, pure Python ~3.9x and compute-bound matrix products ~9.5x slower than a Zen 5).
 - ``campaign``: from a finished campaign's Snakemake metadata (``.snakemake/metadata`` in the
   directory Snakemake ran in): per rule its jobs, job-seconds (each job's start to end, once per
   job however many files it wrote), mean and longest job, and the run's span (first start to
@@ -30,13 +35,35 @@ def suite_costs(junit: Path) -> tuple[dict[str, list[float]], list[tuple[float, 
     """``{test file: [seconds of each test]}`` and every (seconds, test id)."""
     per_file: dict[str, list[float]] = defaultdict(list)
     tests = []
+    for name, case_id, seconds, _ in cases(junit):
+        per_file[name].append(seconds)
+        tests.append((seconds, case_id))
+    return dict(per_file), sorted(tests, reverse=True)
+
+
+def cases(junit: Path) -> list[tuple[str, str, float, float | None]]:
+    """(test file, test id, seconds, CPU seconds or None) of each test case."""
+    out = []
     for case in ET.parse(junit).getroot().iter("testcase"):
         module = case.get("classname", "").split(".")
         name = (module[1] if len(module) > 1 else module[0]) + ".py"
-        seconds = float(case.get("time") or 0)
-        per_file[name].append(seconds)
-        tests.append((seconds, f"{name}::{case.get('name')}"))
-    return dict(per_file), sorted(tests, reverse=True)
+        cpu = next((float(p.get("value")) for p in case.iter("property") if p.get("name") == "cpu_s"), None)
+        out.append((name, f"{name}::{case.get('name')}", float(case.get("time") or 0), cpu))
+    return out
+
+
+def slower_machine(junit: Path, ratio: float) -> dict[str, tuple[float, float, float]]:
+    """``{test file: (seconds, CPU seconds, seconds on a machine ratio x slower per core)}`` for
+    the files whose tests all carry CPU seconds: waiting (seconds - CPU, at least 0) + ratio x CPU."""
+    out: dict[str, tuple[float, float, float]] = {}
+    missing = set()
+    for name, _, seconds, cpu in cases(junit):
+        if cpu is None:
+            missing.add(name)
+            continue
+        wall, c, slow = out.get(name, (0.0, 0.0, 0.0))
+        out[name] = (wall + seconds, c + cpu, slow + max(seconds - cpu, 0.0) + ratio * cpu)
+    return {k: v for k, v in out.items() if k not in missing}
 
 
 def campaign_costs(workdir: Path) -> tuple[dict[str, list[float]], float]:
@@ -77,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("suite")
     s.add_argument("junit", nargs="?", type=Path, default=REPO / ".test-results" / "junit.xml")
     s.add_argument("--top", type=int, default=25)
+    s.add_argument("--cpu-ratio", type=float, default=5.8,
+                   help="how many times slower per core the machine to estimate for is (default: "
+                        "issue 46's measured Zen 1 job ratio)")
+    s.add_argument("--workers", type=int, default=2, help="test workers there (make test: one per core)")
     c = sub.add_parser("campaign")
     c.add_argument("workdir", nargs="?", type=Path, default=REPO)
     a = ap.parse_args(argv)
@@ -88,6 +119,17 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(table(per_file, "tests")))
         print(f"\nslowest {a.top} tests:")
         print("\n".join(f"{s:9.1f}  {name}" for s, name in tests[:a.top]))
+        slow = slower_machine(a.junit, a.cpu_ratio)
+        if slow:
+            print(f"\nby file, CPU seconds and an estimate for a machine {a.cpu_ratio:g}x slower per "
+                  "core (waiting stays, CPU x ratio):")
+            print(f"{'':<34} {'seconds':>9} {'cpu':>9} {'there':>9}")
+            for name, (wall, cpu, there) in sorted(slow.items(), key=lambda kv: -kv[1][2]):
+                print(f"{name:<34} {wall:>9.1f} {cpu:>9.1f} {there:>9.1f}")
+            total = sum(v[2] for v in slow.values())
+            print(f"{'total':<34} {sum(v[0] for v in slow.values()):>9.1f} "
+                  f"{sum(v[1] for v in slow.values()):>9.1f} {total:>9.1f}")
+            print(f"there on {a.workers} workers: at least {total / a.workers / 60:.1f} min of tests")
     else:
         if not (a.workdir / ".snakemake" / "metadata").is_dir():
             ap.error(f"{(a.workdir / '.snakemake' / 'metadata').resolve()}: no Snakemake metadata there")

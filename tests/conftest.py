@@ -29,6 +29,7 @@ import dlmpipe  # noqa: F401
 import torch
 import yaml
 
+from .cpu_time import pytest_runtest_makereport, pytest_runtest_setup  # noqa: F401  (hooks)
 from .toy_retraining import ToyRetraining, shared_root
 from .workflow import CONFIGS, REPO, fake_finished_run, run_snakemake  # noqa: F401  (re-exported)
 

@@ -6,6 +6,8 @@ import json
 
 from .workflow import REPO
 
+pytest_plugins = ["pytester"]
+
 spec = importlib.util.spec_from_file_location("cost_by_part", REPO / "benchmarks" / "cost_by_part.py")
 cost_by_part = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cost_by_part)
@@ -39,3 +41,36 @@ def test_campaign_costs_count_a_job_once_however_many_files_it_wrote(tmp_path, c
     assert cost_by_part.main(["campaign", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "generate" in out and "13.0" in out and "span" in out
+
+
+def test_a_slower_machine_multiplies_cpu_seconds_and_keeps_waiting(tmp_path, capsys):
+    junit = tmp_path / "junit.xml"
+    junit.write_text("""<testsuites><testsuite>
+      <testcase classname="tests.test_a" name="busy" time="2.0"><properties>
+        <property name="cpu_s" value="2.0"/></properties></testcase>
+      <testcase classname="tests.test_a" name="waits" time="5.0"><properties>
+        <property name="cpu_s" value="0.5"/></properties></testcase>
+      <testcase classname="tests.test_b" name="unmeasured" time="1.0"/>
+    </testsuite></testsuites>""")
+    # busy: 2 x 6; waits: 4.5 s of waiting + 0.5 x 6; test_b has no CPU seconds: left out
+    assert cost_by_part.slower_machine(junit, 6.0) == {"test_a.py": (7.0, 2.5, 12.0 + 4.5 + 3.0)}
+    assert cost_by_part.main(["suite", str(junit), "--cpu-ratio", "6", "--workers", "2"]) == 0
+    assert "19.5" in capsys.readouterr().out
+
+
+def test_each_test_records_its_cpu_seconds(pytester):
+    """tests/cpu_time.py's hooks write ``cpu_s`` into the JUnit XML: a busy test's is about its
+    busy time, a sleeping one's about none."""
+    pytester.makepyfile(test_x="""
+import time
+def test_busy():
+    t = time.process_time()
+    while time.process_time() - t < 0.3:
+        pass
+def test_sleeps():
+    time.sleep(0.3)
+""")
+    junit = pytester.path / "junit.xml"
+    pytester.runpytest("-p", "tests.cpu_time", f"--junitxml={junit}").assert_outcomes(passed=2)
+    cpu = {case_id.split("::")[1]: c for _, case_id, _, c in cost_by_part.cases(junit)}
+    assert cpu["test_busy"] >= 0.3 and cpu["test_sleeps"] < 0.1, cpu
