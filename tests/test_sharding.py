@@ -162,7 +162,8 @@ def _dry_run(snakemake, workdir: Path, shards: int, *args: str):
                      configfile=CONFIGS / "tiny.yaml")
 
 
-def test_shards_split_generate_jobs_and_merge_before_scoring(tmp_path, snakemake):
+def test_shards_split_generate_jobs_and_merge_before_scoring(tmp_path, warm_snakemake):
+    snakemake = warm_snakemake
     per_method = 2 * 3  # tiny: 1 backbone x 2 tasks x 3 methods
     counts = job_counts(_dry_run(snakemake, tmp_path, 3, "--quiet", "rules").stdout)
     config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
@@ -182,7 +183,8 @@ def test_shards_split_generate_jobs_and_merge_before_scoring(tmp_path, snakemake
         assert [first, *rest] == [f"{method_dir}/{i}-of-3.parquet" for i in range(3)]
 
 
-def test_one_shard_keeps_todays_dag(tmp_path, snakemake):
+def test_one_shard_keeps_todays_dag(tmp_path, warm_snakemake):
+    snakemake = warm_snakemake
     proc = _dry_run(snakemake, tmp_path, 1)
     counts = job_counts(snakemake(tmp_path, "-n", "--quiet", "rules",
                                   configfile=CONFIGS / "tiny.yaml").stdout)
@@ -190,10 +192,11 @@ def test_one_shard_keeps_todays_dag(tmp_path, snakemake):
     assert "--shard" not in proc.stdout and ".shards/" not in proc.stdout
 
 
-def test_sharded_reruns_follow_the_config(tmp_path, snakemake, tiny_config, write_config):
+def test_sharded_reruns_follow_the_config(tmp_path, warm_snakemake, tiny_config, write_config):
+    snakemake = warm_snakemake
     tiny_config["shards"] = 2
     config = write_config(tiny_config, tmp_path / "sharded.yaml")
-    fake_finished_run(tmp_path, config)
+    fake_finished_run(tmp_path, config, snakemake)
 
     changed = yaml.safe_load(config.read_text())
     changed["methods"]["llada-confidence"]["sampler"]["steps"] = 4
@@ -240,7 +243,7 @@ def _rows(workdir: Path, method: str) -> list[dict]:
                          / f"{method}.parquet").to_pylist()
 
 
-def test_sharded_and_unsharded_runs_decode_the_same_tokens(tmp_path, snakemake, toy_backbone,
+def test_sharded_and_unsharded_runs_decode_the_same_tokens(tmp_path, warm_snakemake, toy_backbone,
                                                            write_config):
     method = {"archer": METHODS["archer"]}
     target = "results/generations/toy/toy_arith/archer.parquet"
@@ -249,7 +252,7 @@ def test_sharded_and_unsharded_runs_decode_the_same_tokens(tmp_path, snakemake, 
         workdir = tmp_path / f"shards{shards}"
         workdir.mkdir()
         config = write_config(_campaign(toy_backbone, 7, 8, method, shards), tmp_path / f"c{shards}.yaml")
-        snakemake(workdir, "--cores", "1", target, configfile=config)
+        warm_snakemake(workdir, "--cores", "1", target, configfile=config)
         return workdir
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -281,10 +284,11 @@ def _generate_pids(workdir: Path) -> list[int]:
     return pids
 
 
-def _kill_generate_when(journal: Path, workdir: Path, proc: subprocess.Popen, min_rows: int) -> int:
-    """SIGKILL the generate job once its journal holds ``min_rows`` samples; returns how many."""
+def _kill_generate_when(journal: Path, workdir: Path, run, min_rows: int) -> int:
+    """SIGKILL the generate job once its journal holds ``min_rows`` samples; returns how many.
+    ``run``: the Future of the Snakemake command running it."""
     deadline = time.time() + 180
-    while time.time() < deadline and proc.poll() is None:
+    while time.time() < deadline and not run.done():
         if journal.exists() and journal.read_text().count("\n") >= min_rows + 1:
             pids = _generate_pids(workdir)
             if pids:
@@ -293,12 +297,14 @@ def _kill_generate_when(journal: Path, workdir: Path, proc: subprocess.Popen, mi
                 return journal.read_text().count("\n") - 1
         time.sleep(0.005)
     raise AssertionError(f"the generate job never journaled {min_rows} samples "
-                         f"(snakemake exited {proc.poll()})")
+                         f"(snakemake exited {run.result().returncode if run.done() else None})")
 
 
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the job")
 def test_generate_job_killed_under_snakemake_resumes_without_loss_or_duplicates(
-        tmp_path, toy_backbone, write_config):
+        tmp_path, toy_backbone, write_config, warm_snakemake):
+    """Each Snakemake run is forked from the warm interpreter (a Snakemake process of its own,
+    run in a thread while this one watches the journal and kills the job)."""
     n = 40
     methods = {"llada-confidence": METHODS["llada-confidence"]}
     config = write_config(_campaign(toy_backbone, n, 32, methods), tmp_path / "kill.yaml")
@@ -307,25 +313,25 @@ def test_generate_job_killed_under_snakemake_resumes_without_loss_or_duplicates(
     target = "results/generations/toy/toy_arith/llada-confidence.parquet"
     out, journal = workdir / target, workdir / (target + ".journal.jsonl")
     log = workdir / "results/logs/generate/toy/toy_arith/llada-confidence.log"
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory",
-           str(workdir), "--configfile", str(config), "--cores", "1", target]
 
-    # 1. killed, no retries: Snakemake fails the job; the journal (not an output) survives
-    proc = subprocess.Popen(cmd + ["--retries", "0"], cwd=workdir, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    first = _kill_generate_when(journal, workdir, proc, 3)
-    output = proc.communicate(timeout=120)[0]
-    assert proc.returncode != 0, output
-    assert 3 <= first < n, "the kill should land mid-job"
-    assert not out.exists(), "no generations file may exist after a killed job"
-    assert journal.read_text().count("\n") - 1 >= first
+    def snakemake(*args: str, check: bool = False):
+        return warm_snakemake(workdir, "--cores", "1", target, *args, configfile=config, check=check)
 
-    # 2. rerun with --retries 1 and kill again: Snakemake's retry resumes from the journal
-    proc = subprocess.Popen(cmd + ["--retries", "1"], cwd=workdir, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    second = _kill_generate_when(journal, workdir, proc, first + 3)
-    output = proc.communicate(timeout=300)[0]
-    assert proc.returncode == 0, output
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # 1. killed, no retries: Snakemake fails the job; the journal (not an output) survives
+        run = pool.submit(snakemake, "--retries", "0")
+        first = _kill_generate_when(journal, workdir, run, 3)
+        proc = run.result(timeout=120)
+        assert proc.returncode != 0, proc.stdout + proc.stderr
+        assert 3 <= first < n, "the kill should land mid-job"
+        assert not out.exists(), "no generations file may exist after a killed job"
+        assert journal.read_text().count("\n") - 1 >= first
+
+        # 2. rerun with --retries 1 and kill again: Snakemake's retry resumes from the journal
+        run = pool.submit(snakemake, "--retries", "1")
+        second = _kill_generate_when(journal, workdir, run, first + 3)
+        proc = run.result(timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert second < n, "the second kill should land mid-job"
     resumed = re.search(r"resuming: (\d+) of (\d+) samples", log.read_text())
     assert resumed and int(resumed.group(2)) == n and second <= int(resumed.group(1)) < n, log.read_text()
@@ -336,7 +342,7 @@ def test_generate_job_killed_under_snakemake_resumes_without_loss_or_duplicates(
 
     # the same samples decoded in one go, without kills
     out.rename(tmp_path / "resumed.parquet")
-    subprocess.run(cmd + ["--forcerun", "generate"], cwd=workdir, check=True, capture_output=True)
+    snakemake("--forcerun", "generate", check=True)
     want = pq.read_table(out).to_pylist()
     assert [r["token_ids"] for r in rows] == [r["token_ids"] for r in want]
     assert [r["task_id"] for r in rows] == [r["task_id"] for r in want]

@@ -139,19 +139,21 @@ def test_the_manifest_carries_the_pins_to_every_loader(tmp_path):
     assert man["sha256"] == read_record("toy")["sha256"] and man["path"] == str(TOY)
 
 
-def test_changed_weights_or_pins_rerun_everything_decoded_with_them(tmp_path, snakemake, tiny_config,
-                                                                  write_config):
+def test_changed_weights_or_pins_rerun_everything_decoded_with_them(tmp_path, warm_snakemake,
+                                                                  tiny_config, write_config):
     """prepare_backbone's inputs are the shipped files and its params the pins: touching a
     weight file (a new checkout of other weights) or changing a pin reruns the manifest and all
     that decoded with it; an unchanged campaign reruns nothing. A pin the files on disk do not
     match stops the plan before any job (the campaign hashes them), naming the backbone, the file
-    and both hashes, and loses nothing."""
+    and both hashes, and loses nothing. (Dry runs forked from one warm interpreter: what is
+    tested is the plan, not a fresh process.)"""
+    snakemake = warm_snakemake
     tiny_config["backbones"] = {"toy": {"shipped": "toy", "sha256": read_record("toy")["sha256"]}}
     config = write_config(tiny_config, tmp_path / "shipped.yaml")
     proc = snakemake(tmp_path, "-n", "-p", configfile=config)
     assert "train_toy" not in proc.stdout
     assert f"--path {TOY}" in proc.stdout and "--sha256 '{\"model-00001-of-00002.safetensors\"" in proc.stdout
-    fake_finished_run(tmp_path, config)
+    fake_finished_run(tmp_path, config, snakemake)
     downstream = {job for job in scheduled(snakemake(tmp_path, "-n", "--forceall", configfile=config).stdout)
                   if job[0] not in ("prepare_task",)}
 
@@ -181,7 +183,7 @@ def test_changed_weights_or_pins_rerun_everything_decoded_with_them(tmp_path, sn
     pinned = {"toy": {"path": str(other), "sha256": read_record("toy")["sha256"]}}
     tiny_config["backbones"] = pinned
     moved = write_config(tiny_config, tmp_path / "moved.yaml")
-    fake_finished_run(tmp_path, moved)
+    fake_finished_run(tmp_path, moved, snakemake)
     before = {job for job in scheduled(snakemake(tmp_path, "-n", "--forceall", configfile=moved).stdout)
               if job[0] not in ("prepare_task",)}
     weights = bytearray((other / shard.name).read_bytes())

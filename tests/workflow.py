@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .cpu_time import add_cpu
+
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = Path(__file__).resolve().parent / "configs"
 DIRECTORY_RULES = {"train_toy", "plot", "plot_sweeps"}  # rules whose output is a directory
@@ -155,7 +157,8 @@ WARM_IMPORTS = ("snakemake.cli", "snakemake.api", "snakemake.dag", "snakemake.wo
 # The server: imports WARM_IMPORTS, then for each request line (JSON: cwd, args, env, stdout and
 # stderr paths) forks a child that runs `python -m snakemake <args>` as that process would (its
 # sys.argv, working directory, environment and standard streams; snakemake.cli.main, the code of
-# `python -m snakemake`), and answers "<id> <exit status>" when the child ends. Single-threaded
+# `python -m snakemake`), and answers "<id> <exit status> <CPU seconds>" when the child ends (the
+# server reaps it, so the test's os.times cannot see that CPU: the client reports it, add_cpu). Single-threaded
 # (a fork copies no other thread's held locks); requests run side by side.
 _FORK_SERVER = r'''
 import importlib, importlib.util, json, os, select, sys
@@ -186,10 +189,11 @@ def run(request):
 
 def reap(flags):
     while children:
-        pid, status = os.waitpid(-1, flags)
+        pid, status, usage = os.wait4(-1, flags)
         if not pid:
             return
-        sys.stdout.write(f"{children.pop(pid)} {os.waitstatus_to_exitcode(status)}\n")
+        cpu = usage.ru_utime + usage.ru_stime  # the child's and its waited-for children's
+        sys.stdout.write(f"{children.pop(pid)} {os.waitstatus_to_exitcode(status)} {cpu:.6f}\n")
         sys.stdout.flush()
 
 while True:
@@ -234,7 +238,7 @@ class WarmSnakemake:
         import threading
 
         self._json, self._scratch, self._ids = json, Path(scratch), itertools.count()
-        self._lock, self._done, self._status = threading.Lock(), {}, {}
+        self._lock, self._done, self._status, self._reported = threading.Lock(), {}, {}, 0.0
         self._server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, json.dumps(WARM_IMPORTS)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         cwd=self._scratch)
@@ -243,7 +247,9 @@ class WarmSnakemake:
 
     def _read(self) -> None:
         for line in self._server.stdout:
-            key, status = line.split()
+            key, status, cpu = line.split()
+            add_cpu(float(cpu))  # before the waiting test resumes: its command's CPU
+            self._reported += float(cpu)
             self._status[int(key)] = int(status)
             self._done[int(key)].set()
         for event in list(self._done.values()):  # the server died: wake every waiter
@@ -282,58 +288,21 @@ class WarmSnakemake:
         self._server.stdin.close()
         self._server.wait()
         self._reader.join()
+        add_cpu(-self._reported)  # waiting for the server counted its reaped children again
 
 
-_DRY_RUNNER = r"""
-import json, os, sys
-import snakemake.cli  # once: about 0.6 s of each 1 s dry run of the tiny campaign
-
-runs, parallel, outs = json.loads(sys.argv[1])
-codes, running, queue = {}, {}, list(enumerate(runs))
-while queue or running:
-    while queue and len(running) < parallel:
-        i, (workdir, argv) = queue.pop(0)
-        sys.stdout.flush(), sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: a fresh Snakemake run in its own process, as run_snakemake's
-            code = 1
-            try:
-                os.chdir(workdir)
-                for fd, name in ((1, "out"), (2, "err")):
-                    os.dup2(os.open(f"{outs}/{i}.{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-                sys.argv = ["snakemake", *argv]
-                snakemake.cli.main(argv)
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            finally:
-                sys.stdout.flush(), sys.stderr.flush()
-                os._exit(code)
-        running[pid] = i
-    pid, status = os.wait()
-    codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
-print(json.dumps([codes[i] for i in range(len(runs))]))
-"""
-
-
-def dry_runs(runs: list[tuple[Path, Path]], parallel: int = 2,
-             check: bool = True) -> list[subprocess.CompletedProcess]:
+def dry_runs(runs: list[tuple[Path, Path]], parallel: int = 2, check: bool = True,
+             snakemake: WarmSnakemake | None = None) -> list[subprocess.CompletedProcess]:
     """``run_snakemake(workdir, "-n", configfile=configfile)`` for each (workdir, configfile),
-    ``parallel`` at a time: each a forked child of one interpreter that imported Snakemake once
-    (the import is most of a small dry run's cost), in its workdir, with its own stdout and
-    stderr, so each plans exactly as its own command would."""
-    import json
+    ``parallel`` at a time, by ``snakemake`` (default: a WarmSnakemake of their own)."""
     import tempfile
+    from concurrent.futures import ThreadPoolExecutor
 
-    argvs = [[str(workdir), ["-s", str(REPO / "Snakefile"), "--directory", str(workdir), "-n",
-                             "--configfile", str(configfile)]] for workdir, configfile in runs]
-    with tempfile.TemporaryDirectory() as outs:
-        proc = subprocess.run([sys.executable, "-c", _DRY_RUNNER, json.dumps([argvs, parallel, outs])],
-                              capture_output=True, text=True, check=True)
-        codes = json.loads(proc.stdout.splitlines()[-1])
-        done = []
-        for i, ((workdir, argv), code) in enumerate(zip(argvs, codes)):
-            out, err = (Path(outs, f"{i}.{name}").read_text(errors="replace") for name in ("out", "err"))
-            if check and code != 0:
-                raise AssertionError(f"snakemake {' '.join(argv)} failed:\n{out[-3000:]}\n{err[-3000:]}")
-            done.append(subprocess.CompletedProcess(["snakemake", *argv], code, out, err))
-    return done
+    with tempfile.TemporaryDirectory() as scratch:
+        runner = snakemake or WarmSnakemake(Path(scratch))
+        try:
+            with ThreadPoolExecutor(max_workers=parallel) as pool:
+                return list(pool.map(lambda run: runner(run[0], "-n", configfile=run[1], check=check), runs))
+        finally:
+            if snakemake is None:
+                runner.close()
