@@ -50,10 +50,10 @@ def test_help_lists_the_users_commands_first_and_the_rules_jobs_apart():
     assert called.isdisjoint(user.COMMANDS) and called.isdisjoint(jobs.TOOLS)
 
 
-def test_every_job_command_parses_as_the_rules_call_it(tmp_path, snakemake):
+def test_every_job_command_parses_as_the_rules_call_it(tmp_path, warm_snakemake):
     """Every command line of a dry run of the default campaign (every stage and analysis)
     parses with the CLI's parser."""
-    proc = snakemake(tmp_path, "-n", "-p", configfile=REPO / "config.yaml")
+    proc = warm_snakemake(tmp_path, "-n", "-p", configfile=REPO / "config.yaml")
     parser, seen = build_parser(), set()
     for line in re.findall(r"^Shell command: (.*)$", proc.stdout, re.M):
         lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
@@ -186,7 +186,7 @@ def test_plan_prices_a_paper_campaign_without_its_checkpoints(name, capsys):
     assert "GPU: H100 SXM, 989 TFLOP/s" in assumptions and "not here yet" in out
 
 
-def test_plan_counts_the_jobs_a_dry_run_plans(tmp_path, snakemake):
+def test_plan_counts_the_jobs_a_dry_run_plans(tmp_path, warm_snakemake, capsys, monkeypatch):
     """A small campaign with every kind of job (a trained toy, shards, SPA's proxies, a paper
     table, the three analyses): plan's counts equal Snakemake's."""
     config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
@@ -200,9 +200,10 @@ def test_plan_counts_the_jobs_a_dry_run_plans(tmp_path, snakemake):
         "drift": [{"methods": ["llada-confidence"], "tasks": ["toy_code"], "rank": 8}]}
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    dry = job_counts(snakemake(tmp_path, "-n", configfile=path).stdout)
-    out = subprocess.run([sys.executable, "-m", "dlmpipe", "plan", str(path)], capture_output=True,
-                         text=True, check=True, cwd=REPO).stdout
+    dry = job_counts(warm_snakemake(tmp_path, "-n", configfile=path).stdout)
+    monkeypatch.chdir(REPO)
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
     assert planned(out) == {k: v for k, v in dry.items() if v}
     assert {"train_toy", "svd", "merge_generations", "tables", "shadow_probe", "score_branch",
             "drift_profile"} <= set(planned(out))

@@ -156,10 +156,10 @@ def test_defaults_are_filled_from_the_schema(tiny_config):
     assert config["sandbox"] is None  # DLMPIPE_SANDBOX, else bwrap (dlmpipe.scoring.levels)
 
 
-def test_jobs_see_the_schema_defaults_of_the_one_validation_pass(tmp_path, snakemake, tiny_config):
+def test_jobs_see_the_schema_defaults_of_the_one_validation_pass(tmp_path, warm_snakemake, tiny_config):
     """The Snakefile validates once (Campaign) and its jobs get the nested defaults it filled,
     inside the methods map and the registry's sampler/cache blocks."""
-    proc = snakemake(tmp_path, "-n", "-p", configfile=CONFIGS / "tiny.yaml")
+    proc = warm_snakemake(tmp_path, "-n", "-p", configfile=CONFIGS / "tiny.yaml")
     generate = [line for line in proc.stdout.splitlines() if "dlmpipe generate " in line]
     planned = {m["name"]: m for m in map(json.loads, re.findall(r"--method '(\{.*?\})'", "\n".join(generate)))}
     campaign = Campaign(copy.deepcopy(tiny_config))
@@ -172,7 +172,7 @@ def test_jobs_see_the_schema_defaults_of_the_one_validation_pass(tmp_path, snake
     assert planned["archer-k1"]["cache"] == {"name": "archer", "K": 1, "refresh": "distance", "A": 8}
 
 
-def test_rules_read_the_config_the_one_pass_filled(tmp_path, snakemake, tiny_config):
+def test_rules_read_the_config_the_one_pass_filled(tmp_path, warm_snakemake, tiny_config):
     """Campaign fills `config` itself, the dict the rules read: resources the campaign leaves
     out reach every job as the schema's defaults, the ones Snakemake's own validator fills."""
     from snakemake.utils import validate
@@ -180,7 +180,7 @@ def test_rules_read_the_config_the_one_pass_filled(tmp_path, snakemake, tiny_con
     theirs = copy.deepcopy(tiny_config)
     validate(theirs, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     assert "mem_mb" not in tiny_config["resources"]["generate"]  # left to the schema
-    proc = snakemake(tmp_path, "-n", configfile=CONFIGS / "tiny.yaml")
+    proc = warm_snakemake(tmp_path, "-n", configfile=CONFIGS / "tiny.yaml")
     seen = set()
     for rule, body in job_blocks(proc.stdout):
         if rule in ("train_toy", "generate", "score"):
@@ -335,18 +335,18 @@ SNAKEMAKE_REJECTIONS = [r for r in REJECTIONS if r[0] in (
 
 @pytest.mark.parametrize("change,value,named", SNAKEMAKE_REJECTIONS,
                          ids=[r[0] for r in SNAKEMAKE_REJECTIONS])
-def test_snakemake_stops_before_any_job(tmp_path, snakemake, write_config, tiny_config,
+def test_snakemake_stops_before_any_job(tmp_path, warm_snakemake, write_config, tiny_config,
                                         change, value, named):
     config = write_config(with_change(tiny_config, change, value), tmp_path / "bad.yaml")
-    proc = snakemake(tmp_path, "-n", configfile=config, check=False)
+    proc = warm_snakemake(tmp_path, "-n", configfile=config, check=False)
     assert proc.returncode != 0
     assert named in proc.stdout + proc.stderr
     assert "rule generate" not in proc.stdout
     assert not (tmp_path / "results").exists()
 
 
-def test_a_configfile_replaces_the_default_campaign(tmp_path, snakemake):
+def test_a_configfile_replaces_the_default_campaign(tmp_path, warm_snakemake):
     """--configfile is a whole campaign: the default's methods are not merged into it."""
-    proc = snakemake(tmp_path, "-n", configfile=CONFIGS / "tiny.yaml")
+    proc = warm_snakemake(tmp_path, "-n", configfile=CONFIGS / "tiny.yaml")
     generated = set(re.findall(r"generations/toy/\w+/([\w.+-]+)\.parquet", proc.stdout))
     assert generated == {"llada-confidence", "archer-k1", "archer-kinf"}

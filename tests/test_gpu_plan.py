@@ -17,7 +17,7 @@ from dlmpipe.campaign import Campaign, ConfigError
 
 from .checkpoints import make_tiny_checkpoint, moe_checkpoint
 from .test_slurm import PROFILE, job_resources, slurm_gpu_flags
-from .workflow import job_blocks, run_snakemake
+from .workflow import job_blocks
 
 FLASH, MINI = 100_000_000_000, 16_000_000_000  # the releases' total parameters (model cards)
 
@@ -143,9 +143,9 @@ def test_plan_prints_gpus_per_job_per_backbone_without_checkpoints(tmp_path, wri
     assert "resources.generate.max_gpus" in "".join(capsys.readouterr())
 
 
-def test_slurm_dry_run_asks_for_the_gpus_each_backbone_needs(config, tmp_path, write_config):
+def test_slurm_dry_run_asks_for_the_gpus_each_backbone_needs(config, tmp_path, write_config, warm_snakemake):
     path = write_config(config, tmp_path / "moe.yaml")
-    proc = run_snakemake(tmp_path, "-n", "-p", "--profile", str(PROFILE), configfile=path)
+    proc = warm_snakemake(tmp_path, "-n", "-p", "--profile", str(PROFILE), configfile=path)
     jobs = job_resources(proc.stdout)
     want = {"llada2-flash": "3", "llada2-mini": "1", "small": "1"}
     seen = {}

@@ -16,7 +16,7 @@ from dlmpipe.campaign import Campaign
 
 from .checkpoints import moe_checkpoint
 from .test_slurm import PROFILE, job_resources, slurm_gpu_flags
-from .workflow import REPO, expected_counts, job_blocks, job_counts, run_snakemake, scheduled
+from .workflow import REPO, expected_counts, job_blocks, job_counts, scheduled
 
 #: backbone -> (family, directory as downloaded, the release's total parameters (model cards))
 RELEASES = {"llada-moe-7b-a1b-instruct": ("llada_moe", "LLaDA-MoE-7B-A1B-Instruct", 7_000_000_000),
@@ -60,10 +60,10 @@ def moe_config(tmp_path_factory) -> dict:
     return config
 
 
-def test_moe_campaign_dry_run_with_the_slurm_profile(moe_config, tmp_path, write_config):
+def test_moe_campaign_dry_run_with_the_slurm_profile(moe_config, tmp_path, write_config, warm_snakemake):
     campaign = Campaign(copy.deepcopy(moe_config))
     path = write_config(moe_config, tmp_path / "moe.yaml")
-    proc = run_snakemake(tmp_path, "-n", "-p", "--profile", str(PROFILE), configfile=path)
+    proc = warm_snakemake(tmp_path, "-n", "-p", "--profile", str(PROFILE), configfile=path)
     assert job_counts(proc.stdout) == {k: v for k, v in expected_counts(campaign).items() if v}
     want = {(rule, b, t, m) for rule in ("generate", "score") for b, t, m in campaign.decoding_jobs()}
     assert {j for j in scheduled(proc.stdout, in_groups=True) if j[0] in ("generate", "score")} == want

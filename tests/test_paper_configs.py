@@ -90,9 +90,9 @@ def every_row_runs(campaign: Campaign) -> None:
                 assert m in campaign.methods and campaign.runs(m, b, t), (name, row.label, b, t)
 
 
-def test_archer_campaign_plans_the_papers_jobs(tmp_path, snakemake, write_config):
+def test_archer_campaign_plans_the_papers_jobs(tmp_path, warm_snakemake, write_config):
     campaign, path = paper_campaign("archer", tmp_path, write_config)
-    planned = dry_run(tmp_path, snakemake, campaign, path)
+    planned = dry_run(tmp_path, warm_snakemake, campaign, path)
     every_row_runs(campaign)
     # App. G.1: MBPP and HumanEval with their ET suites, LiveCodeBench
     assert {t: campaign.benchmark(t) for t in campaign.tasks} == {
@@ -124,9 +124,9 @@ def test_archer_campaign_plans_the_papers_jobs(tmp_path, snakemake, write_config
     assert "saber" in campaign.config["also_speedup_against"]
 
 
-def test_spa_campaign_plans_the_papers_jobs(tmp_path, snakemake, write_config):
+def test_spa_campaign_plans_the_papers_jobs(tmp_path, warm_snakemake, write_config):
     campaign, path = paper_campaign("spa", tmp_path, write_config)
-    planned = dry_run(tmp_path, snakemake, campaign, path)
+    planned = dry_run(tmp_path, warm_snakemake, campaign, path)
     every_row_runs(campaign)
     # §4.1: the seven benchmarks
     assert {campaign.benchmark(t) for t in campaign.tasks} == {
@@ -244,7 +244,7 @@ def test_archer_table1_reproduction_cells_by_hand(tmp_path, write_config):
     assert "30.00 (paper 33.63, -3.63 ✗)" in md and "1.40× (paper 1.36×, +0.04 ✓)" in md
 
 
-def test_frontier_campaign_plans_every_new_method_on_both_families(tmp_path, snakemake, write_config):
+def test_frontier_campaign_plans_every_new_method_on_both_families(tmp_path, warm_snakemake, write_config):
     """configs/frontier.yaml: every registered sampler and cache decodes in it, the new methods on
     LLaDA and Dream, the unpublished pairings on LLaDA, with their released settings; the
     block-diffusion models (SDAR, Fast-dLLM v2) with their releases' loops and every other method
@@ -252,7 +252,7 @@ def test_frontier_campaign_plans_every_new_method_on_both_families(tmp_path, sna
     from dlmpipe import registry
 
     campaign, path = paper_campaign("frontier", tmp_path, write_config)
-    planned = dry_run(tmp_path, snakemake, campaign, path)
+    planned = dry_run(tmp_path, warm_snakemake, campaign, path)
     every_row_runs(campaign)
     llada, dream = "llada-8b-instruct", "dream-v0-instruct-7b"
     used = {(m["sampler"]["name"], m["cache"]["name"]) for m in planned.values()}

@@ -10,8 +10,6 @@ import copy
 import hashlib
 import inspect
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -247,15 +245,14 @@ def test_a_yaml_syntax_error_names_file_line_and_column(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("how", ["--configfile", "--configfile=", "config.yaml"])
-def test_snakemake_names_line_and_column_of_a_broken_campaign_file(tmp_path, how):
+def test_snakemake_names_line_and_column_of_a_broken_campaign_file(tmp_path, how, warm_snakemake):
     """`snakemake --configfile` (Snakemake reads it before the Snakefile: profiles/default checks
     it first) and the default config.yaml (the Snakefile reads it first)."""
     name = "config.yaml" if how == "config.yaml" else "broken.yaml"
     (tmp_path / name).write_text(BROKEN)
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-n"]
-    cmd += {"--configfile": ["--configfile", name], "--configfile=": [f"--configfile={name}"],
+    args = {"--configfile": ["--configfile", name], "--configfile=": [f"--configfile={name}"],
             "config.yaml": []}[how]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    proc = warm_snakemake(tmp_path, "-n", *args, check=False)
     assert proc.returncode != 0
     assert f"invalid {name}:\n  {BROKEN_AT}" in proc.stdout + proc.stderr
     assert "rule " not in proc.stdout and not (tmp_path / "results").exists()
@@ -307,7 +304,7 @@ def test_out_of_range_values_state_the_range(tiny_config, change, value, message
 
 
 # ---- through Snakemake: the run stops before any job --------------------------------------------
-def test_snakemake_stops_before_any_job_naming_every_plan_problem(tmp_path, snakemake, tiny_config,
+def test_snakemake_stops_before_any_job_naming_every_plan_problem(tmp_path, warm_snakemake, tiny_config,
                                                                 write_config, no_data):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(SHIPPED_DIR / "toy", ckpt)
@@ -316,7 +313,7 @@ def test_snakemake_stops_before_any_job_naming_every_plan_problem(tmp_path, snak
     tiny_config["tasks"]["math500"] = {"gen_length": 8}
     tiny_config["methods"]["spa"] = spa()
     config = write_config(tiny_config, tmp_path / "c.yaml")
-    proc = snakemake(tmp_path, "-n", configfile=config, check=False)
+    proc = warm_snakemake(tmp_path, "-n", configfile=config, check=False)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert f"backbones.real.sha256: {ckpt / SHARD}: sha256 mismatch" in out
@@ -328,7 +325,7 @@ def test_snakemake_stops_before_any_job_naming_every_plan_problem(tmp_path, snak
 
 
 def test_a_jobs_own_error_reaches_the_console_and_paths_follow_the_campaign_file(
-        tmp_path, snakemake, tiny_config, write_config):
+        tmp_path, warm_snakemake, tiny_config, write_config):
     """A failing job's log ends on the console, not only in its file (every rule's shell ends
     with show_failure, the Snakefile's shell prefix); a relative path resolves against the folder of the
     campaign file, not Snakemake's working directory."""
@@ -339,7 +336,7 @@ def test_a_jobs_own_error_reaches_the_console_and_paths_follow_the_campaign_file
                                     "prompt": "{question}"}
     tiny_config["tasks"]["toy_arith"]["ids"] = ["no-such-id"]  # only its job can tell
     config = write_config(tiny_config, folder / "c.yaml")
-    proc = snakemake(tmp_path, "--cores", "1", "--keep-going", "results/tasks/toy_arith.parquet",
+    proc = warm_snakemake(tmp_path, "--cores", "1", "--keep-going", "results/tasks/toy_arith.parquet",
                      "results/tasks/mine.parquet", configfile=config, check=False)
     assert proc.returncode != 0
     assert "unknown task id(s): ['no-such-id']" in proc.stderr  # the job's own words
