@@ -59,16 +59,16 @@ registry.register("cache", registry.Component(
     host_sync={"stride_refresh": ({}, 0, 0)}, exact={"every": 1}, cheap={}))
 '''
 
-#: the contract tests, each selecting the new cache's own cases (-k below); the pairing check at
-#: one full-attention and one block-causal family (it decodes every sampler x cache pairing: the
-#: other two families repeat that grid with no other path for a new cache)
+#: the contract tests, each selecting the new cache's own cases (-k below); the pairing check (one
+#: case per family and cache: every sampler with it) at one full-attention and one block-causal
+#: family (the other two families repeat it with no other path for a new cache)
 PAIRING = "tests/test_exactness.py::test_every_allowed_pairing_serves_the_rows_its_sampler_reads"
 CONTRACT = ["tests/test_host_sync.py::test_every_sampler_and_cache_has_a_budget",
             "tests/test_host_sync.py::test_a_step_reads_back_only_what_its_decisions_need",
             "tests/test_wino.py::test_a_cached_forward_serves_the_full_forwards_shadow_rows_on_an_unchanged_sequence",
             "tests/test_wino.py::test_caches_declare_what_they_compute",
             "tests/test_cli.py::test_the_cost_model_covers_every_method_and_its_exact_settings_cost_full_recompute",
-            f"{PAIRING}[llada]", f"{PAIRING}[sdar]",
+            f"{PAIRING}[stride_refresh-llada]", f"{PAIRING}[stride_refresh-sdar]",
             "tests/test_exactness.py::test_every_method_states_what_it_means_on_block_causal_backbones",
             "tests/test_moe_methods.py::test_every_cache_states_what_it_means_on_moe_backbones"]
 #: the recipe's third thing, which the module alone does not give: the exactness table's row
@@ -109,7 +109,7 @@ def test_a_cache_from_its_own_module_is_picked_up_by_the_contract_tests(tmp_path
     assert "stride_refresh" in out.split("= FAILURES =", 1)[1].split("= PASSES =", 1)[0]
     # every contract test ran and passed, the host-sync and shadow-row ones with its own cases
     assert {p.split("[")[0] for p in passed} == {c.split("[")[0] for c in CONTRACT}, out[-3000:]
-    assert {f"{PAIRING}[llada]", f"{PAIRING}[sdar]"} <= passed
+    assert {f"{PAIRING}[stride_refresh-llada]", f"{PAIRING}[stride_refresh-sdar]"} <= passed
     for test in CONTRACT[1:3]:
         assert {f"{test}[stride_refresh-{family}]" for family in ("llada", "dream")} <= passed, test
     # and the schema, the pairing check and `dlmpipe methods` know it
