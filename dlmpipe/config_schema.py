@@ -28,8 +28,10 @@ class ConfigError(ValueError):
 
 
 def load_schema(path: str | Path = SCHEMA) -> dict:
-    """The config schema with the sampler/cache blocks of every registered method installed."""
-    schema = yaml.safe_load(Path(path).read_text())
+    """The config schema with the sampler/cache blocks of every registered method installed.
+    Parsed by libyaml where PyYAML has it (the same safe constructor, ~10x faster: every
+    campaign check and Snakemake command parses it)."""
+    schema = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     schema.setdefault("$defs", {}).update(registry.schema_defs())
     return schema
 

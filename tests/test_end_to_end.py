@@ -15,7 +15,7 @@ from dlmpipe.campaign import Campaign
 from .workflow import CONFIGS
 
 
-def test_tiny_campaign_end_to_end(finished_run, tmp_path, snakemake):
+def test_tiny_campaign_end_to_end(finished_run, tmp_path, warm_snakemake):
     config = CONFIGS / "tiny.yaml"
     campaign = Campaign(yaml.safe_load(config.read_text()))
     results = finished_run / "results"
@@ -104,7 +104,7 @@ def test_tiny_campaign_end_to_end(finished_run, tmp_path, snakemake):
     assert sorted(p.name for p in (results / "sweeps").glob("*.png")) == [
         f"sweep_toy_{t}_archer.png" for t in sorted(campaign.tasks)]
 
-    snakemake(finished_run, "--report", str(tmp_path / "report.html"), configfile=config)
+    warm_snakemake(finished_run, "--report", str(tmp_path / "report.html"), configfile=config)
     html = (tmp_path / "report.html").read_text(errors="replace")
     assert "summary" in html.lower() and len(html) > 10_000
     assert "Paper tables" in html and "sweep_toy_toy_code_archer.png" in html

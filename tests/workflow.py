@@ -146,25 +146,30 @@ def expected_counts(campaign) -> dict[str, int]:
 
 
 # ---- Snakemake commands forked from one warm process ---------------------------------------------
-#: modules every Snakemake command of this workflow imports (Snakemake's CLI, API and DAG, the
-#: smart_open/requests stack its source cache loads, the profile's yte, dlmpipe's campaign checks):
-#: about 1 s of every `python -m snakemake` (1.5-2 s in all for a dry run of the tiny campaign);
-#: imported once by the server below, they cost a forked command nothing.
+#: modules every Snakemake command of this workflow imports (Snakemake's CLI, API, DAG and
+#: storage, the smart_open/requests stack its source cache loads, the profile's yte, dlmpipe's
+#: campaign checks and the modules the Snakefile reads): about 1 s of every `python -m snakemake`
+#: (1.5-2 s in all for a dry run of the tiny campaign); imported once by the server below, they
+#: cost a forked command nothing.
 WARM_IMPORTS = ("snakemake.cli", "snakemake.api", "snakemake.dag", "snakemake.workflow",
-                "snakemake.persistence", "smart_open", "yte", "jsonschema", "dlmpipe.campaign",
-                "dlmpipe.campaign.files", "dlmpipe.preflight")
+                "snakemake.persistence", "snakemake.storage", "smart_open", "yte", "jsonschema",
+                "packaging.version", "dlmpipe.campaign", "dlmpipe.campaign.files", "dlmpipe.preflight",
+                "dlmpipe.analysis", "dlmpipe.batch_size", "dlmpipe.gpus", "dlmpipe.scoring", "dlmpipe.sizes")
 
-# The server: imports WARM_IMPORTS, then for each request line (JSON: cwd, args, env, stdout and
-# stderr paths) forks a child that runs `python -m snakemake <args>` as that process would (its
-# sys.argv, working directory, environment and standard streams; snakemake.cli.main, the code of
-# `python -m snakemake`), and answers "<id> <exit status> <CPU seconds>" when the child ends (the
-# server reaps it, so the test's os.times cannot see that CPU: the client reports it, add_cpu). Single-threaded
-# (a fork copies no other thread's held locks); requests run side by side.
+# The server: imports WARM_IMPORTS and collects Snakemake's plugins (what its argument parser
+# finds installed: about 0.07 s of each command), then for each request line (JSON: cwd, args,
+# env, stdout and stderr paths) forks a child that runs `python -m snakemake <args>` as that
+# process would (its sys.argv, working directory, environment and standard streams;
+# snakemake.cli.main, the code of `python -m snakemake`), and answers "<id> <exit status> <CPU
+# seconds>" when the child ends (the server reaps it, so the test's os.times cannot see that
+# CPU: the client reports it, add_cpu). Single-threaded (a fork copies no other thread's held
+# locks); requests run side by side.
 _FORK_SERVER = r'''
 import importlib, importlib.util, json, os, select, sys
 for name in json.loads(sys.argv[1]):
     importlib.import_module(name)
 import snakemake.cli
+snakemake.cli.get_argument_parser()  # collects Snakemake's plugin registries (singletons) once
 MAIN = importlib.util.find_spec("snakemake.__main__").origin
 children, pending, stdin = {}, b"", sys.stdin.fileno()
 
