@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -43,6 +44,19 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
     assert data["memory"]["archer"]["held_gib"] > data["memory"]["none"]["held_gib"]
     assert all(v["max_abs_diff"] <= v["limit"] for v in data["forwards"].values())
     assert "passed" in data["exactness"]
+    # part 4, CPU-sized: every cache, each with a sampler it pairs with, and every sampler that
+    # pairs with a cache on full attention (the families it decodes) at least once
+    from dlmpipe import registry
+
+    from .host_sync import CACHE_READS, SAMPLER_READS
+
+    syncs = report.split("== 4.")[1].split("== 5.")[0]
+    checked = re.findall(r"\[ok\] dream (\S+): (.*) within budget", syncs)
+    assert {c for c, _ in checked} == set(CACHE_READS)
+    pairing = {s for s in SAMPLER_READS for spec, _, _ in CACHE_READS.values()
+               if not (registry.pairing_problem(s, spec["name"])
+                       or registry.attention_problems({"sampler": {"name": s}, "cache": spec}, "full"))}
+    assert {s for _, names in checked for s in names.split(", ")} >= pairing
     # the campaign part compared a CPU re-run's tokens with the campaign's
     assert "the same tokens for all 2 samples" in report
     # batched decoding: the CPU-sized run checks batch invariance of each method it times
