@@ -18,22 +18,29 @@ from dlmpipe.environment import fingerprint_id
 from dlmpipe.generate import cut_at_stop, encode_prompt
 from dlmpipe.tasks import read_task_table
 
-METHOD = {"name": "llada-confidence", "gen_length": 32,
-          "sampler": {"name": "llada_confidence", "block_length": 16, "steps": 32, "temperature": 0.0,
+# 16 tokens in two blocks of 8: a decode of 16 samples costs a second of CPU, not three
+METHOD = {"name": "llada-confidence", "gen_length": 16,
+          "sampler": {"name": "llada_confidence", "block_length": 8, "steps": 16, "temperature": 0.0,
                       "confidence": "probability"},
           "cache": {"name": "none"}}
+
+
+def in_process(argv: list[str]) -> None:
+    """``python -m dlmpipe <argv>`` in this process (the same parser and job function), where
+    the process boundary is not what a test checks."""
+    from dlmpipe.cli import main
+
+    assert main(argv[argv.index("dlmpipe") + 1:] if "dlmpipe" in argv else argv) == 0
 
 
 @pytest.fixture(scope="module")
 def job_inputs(tmp_path_factory, toy_checkpoint):
     root = tmp_path_factory.mktemp("gen")
-    ckpt = toy_checkpoint
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "dlmpipe", *a], check=True, env=env,  # noqa: E731
-                                    capture_output=True, text=True)
-    run("prepare-backbone", "--path", str(ckpt), "--name", "toy", "--out", str(root / "manifest.json"))
-    run("prepare-task", "--name", "toy_code", "--options", json.dumps({"n": 16}),
-        "--out", str(root / "toy_code.parquet"))
+    in_process(["prepare-backbone", "--path", str(toy_checkpoint), "--name", "toy",
+                "--out", str(root / "manifest.json")])
+    in_process(["prepare-task", "--name", "toy_code", "--options", json.dumps({"n": 16}),
+                "--out", str(root / "toy_code.parquet")])
     return root, env
 
 
@@ -48,14 +55,14 @@ def _cmd(root: Path, out: Path, method=METHOD, batch_size="auto") -> list[str]:
 def batch_one(job_inputs):
     """``batch_one(method)`` -> the job's output at batch size 1, decoded once per method for
     the tests that compare with it (a batched job's tokens, a killed and resumed job's); they
-    only read it."""
+    only read it. Decoded in this process: the command's own parser and job function."""
     root, env = job_inputs
     outputs = {}
 
     def output(method: dict) -> Path:
         if method["name"] not in outputs:
             out = root / f"b1-{method['name']}.parquet"
-            subprocess.run(_cmd(root, out, method, 1), check=True, env=env, capture_output=True)
+            in_process(_cmd(root, out, method, 1))
             outputs[method["name"]] = out
         return outputs[method["name"]]
     return output
@@ -78,10 +85,10 @@ def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
     stops = loaded.model.cfg.stop_ids + [loaded.model.cfg.pad_id]
     tasks = read_task_table(str(root / "toy_code.parquet"))
     for r in rows:
-        assert len(r["token_ids"]) == 32
-        assert r["steps"] == r["nfe"] == 32 and r["cached_forwards"] == 0
+        assert len(r["token_ids"]) == 16
+        assert r["steps"] == r["nfe"] == 16 and r["cached_forwards"] == 0
         assert r["job_time_s"] > 0 and r["device"].startswith("cpu")
-        assert json.loads(r["params"])["sampler"]["block_length"] == 16
+        assert json.loads(r["params"])["sampler"]["block_length"] == 8
         assert r["method"] == "llada-confidence" and r["task_id"] == f"toy_code/{r['sample_index']}"
         # measurements: tokens before the first stop/pad, TPS x time = that length, TTFT inside
         first_stop = next((i for i, t in enumerate(r["token_ids"]) if t in stops), len(r["token_ids"]))
@@ -118,17 +125,18 @@ def test_cuda_graphs_on_a_cpu_stop_the_job_before_it_decodes(job_inputs):
     assert not out.exists()
 
 
-ARCHER = {"name": "archer-k4", "gen_length": 32,
-          "sampler": {"name": "saber", "block_length": 16}, "cache": {"name": "archer", "K": 4}}
+ARCHER = {"name": "archer-k4", "gen_length": 16,
+          "sampler": {"name": "saber", "block_length": 8}, "cache": {"name": "archer", "K": 4}}
 
 
 @pytest.mark.parametrize("method", [METHOD, ARCHER], ids=["full", "archer"])
 def test_batched_job_decodes_the_tokens_of_batch_one(job_inputs, batch_one, method):
     """Batch size is a scheduling setting: the same tokens and statistics at 1 and 5 (16
-    samples, so slots take new samples as others finish); every row records its batch size."""
+    samples, so slots take new samples as others finish); every row records its batch size.
+    Both decoded in this process (the command's parser and job function)."""
     root, env = job_inputs
     one, five = batch_one(method), root / f"b5-{method['name']}.parquet"
-    subprocess.run(_cmd(root, five, method, 5), check=True, env=env, capture_output=True)
+    in_process(_cmd(root, five, method, 5))
     a, b = pq.read_table(one).to_pylist(), pq.read_table(five).to_pylist()
     assert [r["sample_index"] for r in b] == list(range(16))
     keys = ("token_ids", "completion", "steps", "nfe", "refreshes", "cached_forwards", "revisions",
@@ -181,12 +189,12 @@ def test_journal_of_other_parameters_is_discarded(job_inputs):
     root, env = job_inputs
     out = root / "other.parquet"
     journal = root / "other.parquet.journal.jsonl"
-    other = {**METHOD, "sampler": {**METHOD["sampler"], "steps": 16}}
+    other = {**METHOD, "sampler": {**METHOD["sampler"], "steps": 8}}
     journal.write_text(json.dumps({"identity": {"method": other}}) + "\n"
                        + json.dumps({"sample_index": 0, "token_ids": [1]}) + "\n")
     subprocess.run(_cmd(root, out), check=True, env=env, capture_output=True)
     rows = pq.read_table(out).to_pylist()
-    assert len(rows) == 16 and len(rows[0]["token_ids"]) == 32
+    assert len(rows) == 16 and len(rows[0]["token_ids"]) == 16
 
 
 def test_shards_are_disjoint_and_cover_all_samples():
