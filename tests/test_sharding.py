@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 from dlmpipe.campaign import Campaign
+from dlmpipe.cli import main
 from dlmpipe.shards import merge_shards, shard_range
 
 from .workflow import (CONFIGS, REPO, REPORT_JOBS, expected_counts, fake_finished_run, job_counts, scheduled,
@@ -302,9 +304,10 @@ def _kill_generate_when(journal: Path, workdir: Path, run, min_rows: int) -> int
 
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to find the job")
 def test_generate_job_killed_under_snakemake_resumes_without_loss_or_duplicates(
-        tmp_path, toy_backbone, write_config, warm_snakemake):
+        tmp_path, toy_backbone, write_config, warm_snakemake, monkeypatch):
     """Each Snakemake run is forked from the warm interpreter (a Snakemake process of its own,
-    run in a thread while this one watches the journal and kills the job)."""
+    run in a thread while this one watches the journal and kills the job); the uninterrupted
+    decode they are compared with is the generate rule's command, run in this process."""
     n = 40
     methods = {"llada-confidence": METHODS["llada-confidence"]}
     config = write_config(_campaign(toy_backbone, n, 32, methods), tmp_path / "kill.yaml")
@@ -340,9 +343,18 @@ def test_generate_job_killed_under_snakemake_resumes_without_loss_or_duplicates(
     rows = pq.read_table(out).to_pylist()
     assert [r["sample_index"] for r in rows] == list(range(n))
 
-    # the same samples decoded in one go, without kills
+    # the same samples decoded in one go, without kills: the rule's own command, in this process
     out.rename(tmp_path / "resumed.parquet")
-    snakemake("--forcerun", "generate", check=True)
+    shell = re.search(r"^Shell command: (.*)$", snakemake("-n", "-p", "--forcerun", "generate", check=True).stdout,
+                      re.M).group(1)
+    words = shlex.split(shell.split(" > ")[0])
+    start = words.index("python")
+    assert words[start:start + 4] == ["python", "-m", "dlmpipe", "generate"], shell
+    for assignment in words[:start]:  # DLMPIPE_GPUS=...
+        monkeypatch.setenv(*assignment.split("=", 1))
+    args = words[start + 3:]
+    monkeypatch.chdir(workdir)
+    assert main(args) == 0
     want = pq.read_table(out).to_pylist()
     assert [r["token_ids"] for r in rows] == [r["token_ids"] for r in want]
     assert [r["task_id"] for r in rows] == [r["task_id"] for r in want]
