@@ -345,8 +345,8 @@ def test_generate_job_killed_under_snakemake_resumes_without_loss_or_duplicates(
 
     # the same samples decoded in one go, without kills: the rule's own command, in this process
     out.rename(tmp_path / "resumed.parquet")
-    shell = re.search(r"^Shell command: (.*)$", snakemake("-n", "-p", "--forcerun", "generate", check=True).stdout,
-                      re.M).group(1)
+    plan = snakemake("-n", "-p", "--forcerun", "generate", check=True).stdout
+    shell = re.search(r"^Shell command: (.*)$", plan, re.M).group(1)
     words = shlex.split(shell.split(" > ")[0])
     start = words.index("python")
     assert words[start:start + 4] == ["python", "-m", "dlmpipe", "generate"], shell
