@@ -38,9 +38,9 @@ def spawned(monkeypatch):
     """Every program the scorer hands to a sandbox (the JSON job's ``program``)."""
     programs, execute = [], sandbox._execute
 
-    def spy(iso, limits, cpu_s, wall, payload, env, popen_kwargs):
+    def spy(iso, limits, cpu_s, wall, payload, env, popen_kwargs, **kwargs):
         programs.append(json.loads(payload)["program"])
-        return execute(iso, limits, cpu_s, wall, payload, env, popen_kwargs)
+        return execute(iso, limits, cpu_s, wall, payload, env, popen_kwargs, **kwargs)
 
     monkeypatch.setattr(sandbox, "_execute", spy)
     return programs

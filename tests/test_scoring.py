@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,9 +18,11 @@ import pytest
 from dlmpipe.cli import main as cli
 from dlmpipe.scoring.answers import latex_value, math_equal, normalize_math, score_math
 from dlmpipe.scoring.score import score_generations, score_sample
-from dlmpipe.scoring.code import Settings
+from dlmpipe.scoring.code import Settings, run_code, suites_for
 from dlmpipe.scoring.extraction import final_answer, gsm8k_strict, last_number
 from dlmpipe.scoring.levels import isolation
+from dlmpipe.scoring.references import References
+from dlmpipe.scoring.sandbox import run_suites
 from dlmpipe.tasks.code import humaneval_package_file
 from dlmpipe.tasks.extract import code_from_completion, cut_at_stop, parses, program_for, sanitize
 from dlmpipe.tasks.registry import load_task, write_task_table
@@ -203,6 +206,28 @@ def test_unknown_task_id_is_an_error(tmp_path):
         score_generations(gen, task_file, tmp_path / "s.parquet")
 
 
+def _sandboxed_pythons(pid: int) -> list[int]:
+    """The sandboxed drivers (``python -I -B -c``) among ``pid``'s descendants."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(
+                int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[1:4] == [b"-I", b"-B", b"-c"]:  # not the bwrap/setpriv wrapping it
+                found.append(child)
+    return found
+
+
 def test_killed_scoring_job_leaves_no_output_and_reruns(tmp_path):
     rows = load_task("toy_code", n=4, seed=3)
     task_file = tmp_path / "t.parquet"
@@ -213,7 +238,10 @@ def test_killed_scoring_job_leaves_no_output_and_reruns(tmp_path):
     args = [sys.executable, "-m", "dlmpipe", "score", "--generations", str(gen), "--task-file",
             str(task_file), "--out", str(out), "--workers", "2"]
     proc = subprocess.Popen(args, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-    time.sleep(3)
+    deadline = time.monotonic() + 120
+    while len(_sandboxed_pythons(proc.pid)) < 2:  # both workers' samples (the self-check is one)
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
     proc.kill()
     proc.wait()
     assert not out.exists()
@@ -309,3 +337,61 @@ def test_score_sample_wrong_solution_fails_plus_only():
     result = score_sample(row, wrong, Settings())
     assert result["passed"] is True and result["plus_passed"] is False, result
     assert result["plus_status"] == "failed"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference outputs of differential suites: computed once per suite, then reused
+
+
+def _differential_row(reference: str, inputs: list) -> dict:
+    spec = {"format": "evalplus", "entry_point": "f", "reference": reference, "inputs": inputs,
+            "atol": 0}
+    return {"task_id": "d/0", "kind": "code", "entry_point": "f", "test": json.dumps(spec),
+            "plus_test": json.dumps({**spec, "inputs": inputs + [[10], [11]]})}
+
+
+def test_reference_outputs_are_computed_once_and_reused(monkeypatch):
+    # a slow reference, so the four samples' sandboxes overlap
+    row = _differential_row("import time\ndef f(x):\n    time.sleep(0.1)\n    return [x, x * 2]\n",
+                            [[1], [2], [3]])
+    refs = References()
+    sent = []
+    settle = refs.settle
+    monkeypatch.setattr(refs, "settle", lambda key, blob: (sent.append(blob), settle(key, blob)))
+    right, wrong = "def f(x):\n    return [x, 2 * x]\n", "def f(x):\n    return [x, x + 2]\n"
+    programs = [right, wrong, right, wrong, "def f(x):\n    return [x, 2 * x] if x < 10 else 0\n"]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda p: run_code(row, p, Settings(), references=refs), programs))
+    assert [r.suites["base"].status for r in results] == ["passed", "failed"] * 2 + ["passed"]
+    assert [r.suites["plus"].status for r in results] == ["passed", "failed"] * 2 + ["failed"]
+    # one sandbox ran each suite's reference (the others waited for it), and sent it back
+    assert len(sent) == 2 and all(sent) and len(refs.blobs) == 2
+    assert sum(bool(r.references) for r in results) == 1
+    # later samples got the stored outputs and times: the reference no longer runs at all
+    broken = {**row, **{c: row[c].replace("time.sleep", "raise RuntimeError; time.sleep")
+                        for c in ("test", "plus_test")}}
+    suites = suites_for(broken, Settings())
+    for suite, column in zip(suites, ("test", "plus_test")):
+        suite["expected"] = refs.blobs[(row[column], isolation().python)]
+    again = run_suites(right, suites, iso=isolation())
+    assert {n: o.status for n, o in again.suites.items()} == {"base": "passed", "plus": "passed"}
+    assert not again.references
+    fresh = run_code(broken, right, Settings(), references=References())
+    assert fresh.suites["base"].status == "error" and "reference" in fresh.suites["base"].detail
+
+
+def test_the_candidate_cannot_reach_the_reference_pipe():
+    row = _differential_row("def f(x):\n    return x + 1\n", [[1], [2]])
+    refs = References()
+    # the first sample's program tries to send forged reference outputs for later samples
+    forger = ("import sys, os\nerrors = []\nfor fd in range(3, 64):\n    try:\n"
+              "        os.write(fd, b'base\\tZm9yZ2Vk\\nplus\\tZm9yZ2Vk\\n\\n')\n"
+              "    except OSError:\n        errors.append(fd)\n"
+              "print(int(sys.argv[2]) in errors)\ndef f(x):\n    return 0\n")
+    first = run_code(row, forger, Settings(), references=refs)
+    assert first.stdout.strip() == "True" and first.suites["base"].status == "failed"
+    assert set(first.references) == {"base", "plus"}
+    assert all(blob != "Zm9yZ2Vk" for blob in refs.blobs.values())
+    later = run_code(row, "def f(x):\n    return x + 1\n", Settings(), references=refs)
+    assert later.suites["base"].status == "passed" and later.suites["plus"].status == "passed"
+    assert not later.references  # it ran with the first sample's reference outputs

@@ -26,7 +26,9 @@ closed: bwrap unless the user opts in to the process level); every run here is g
 
 The host kills the whole process group at the wall-clock limit; captured stdout/stderr are
 capped. The verdict comes only from token-authenticated lines the trusted driver (harness.py)
-writes to a dedicated pipe after each suite ran, never from the exit status.
+writes to a dedicated pipe after each suite ran, never from the exit status. Reference outputs
+of differential suites come back on a second pipe that the driver closes before candidate code
+runs (``RunResult.references``, for the caller to pass on as ``expected``: references.py).
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ FINAL_STATUSES = ("passed", "failed", "timeout", "error")
 _DRAIN_LIMIT = 64 << 20  # bytes read from a flooding program before its pipe is closed
 START_RETRY_S = 90.0     # keep retrying a sandbox that failed to start for this long
 SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # besides /usr
+REFERENCE_CAP = 16 << 20  # bytes of one suite's shared reference outputs (larger: not shared)
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class RunResult:
     stderr: str = ""
     wall_s: float = 0.0
     extra: dict = field(default_factory=dict)
+    references: dict[str, str] = field(default_factory=dict)  # suite -> the driver's ``expected``
 
     @property
     def passed(self) -> bool:
@@ -147,8 +151,10 @@ def _bwrap_args(iso: Isolation, limits: Limits, userns: bool) -> list[str]:
     return args
 
 
-def _command(iso: Isolation, limits: Limits, cpu_s: int, signal_fd: int) -> list[str]:
-    python = [iso.python, "-I", "-B", "-c", HARNESS_SOURCE, str(signal_fd)]
+def _command(iso: Isolation, limits: Limits, cpu_s: int, signal_fd: int,
+             reference_fd: int | None = None) -> list[str]:
+    python = [iso.python, "-I", "-B", "-c", HARNESS_SOURCE, str(signal_fd),
+              *([str(reference_fd)] if reference_fd is not None else [])]
     prlimit, setpriv = _tool("prlimit"), _tool("setpriv")
     rlimits = [prlimit, *_rlimit_args(limits, cpu_s), "--"] if prlimit else []
     drop = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
@@ -185,14 +191,17 @@ def default_wall_s(suites: list[dict], load_time_limit: float = 10.0) -> float:
 
 def run_suites(program: str, suites: list[dict], *, iso: Isolation, wall_s: float | None = None,
                limits: Limits = Limits(), load_time_limit: float = 10.0,
-               start_retry_s: float = START_RETRY_S) -> RunResult:
+               start_retry_s: float = START_RETRY_S, on_references=None) -> RunResult:
     """Run ``program`` then each test suite in one fresh sandbox of ``iso`` (chosen and checked
-    by levels.isolation, which runs its self-check through here); one outcome per suite."""
+    by levels.isolation, which runs its self-check through here); one outcome per suite.
+    ``on_references(dict)`` is called with the fresh reference outputs as soon as they arrived
+    (before the candidate's verdict), and once at the end if they never did."""
     wall = float(wall_s or default_wall_s(suites, load_time_limit))
     cpu_s = math.ceil(wall) + 1
     token = secrets.token_hex(16)
     job = {"token": token, "program": program, "suites": suites,
            "load_time_limit": load_time_limit, "output_cap": limits.output_kb << 10,
+           "reference_cap": REFERENCE_CAP,
            "limits": {"as": limits.memory_mb << 20, "cpu": cpu_s, "fsize": limits.file_mb << 20,
                       "nproc": limits.nproc, "nofile": limits.nofile, "core": 0}}
     payload = json.dumps(job).encode()
@@ -210,13 +219,21 @@ def run_suites(program: str, suites: list[dict], *, iso: Isolation, wall_s: floa
     ready = f"{token}\t*\tready\t"
     give_up = time.monotonic() + start_retry_s
     attempt = 0
+    sent = []
+    notify = None
+    if on_references:
+        def notify(refs):
+            if not sent:
+                sent.append(True)
+                on_references(refs)
     try:
         if iso.layers:  # applied in the child after the uid drop, before exec
             confinement = Confinement(iso.layers, _host_view(iso), scratch)
             popen_kwargs["preexec_fn"] = confinement.apply
         while True:
-            rc, timed_out, out, err, sig, elapsed = _execute(
-                iso, limits, cpu_s, wall, payload, env, popen_kwargs)
+            rc, timed_out, out, err, sig, refs, elapsed = _execute(
+                iso, limits, cpu_s, wall, payload, env, popen_kwargs,
+                shared=sum(s.get("format") == "evalplus" for s in suites), notify=notify)
             if timed_out or ready in sig or time.monotonic() > give_up:
                 break
             # the sandbox did not start (e.g. EAGAIN: another program's fork bomb holds the
@@ -228,13 +245,15 @@ def run_suites(program: str, suites: list[dict], *, iso: Isolation, wall_s: floa
             confinement.close()
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+    if notify:
+        notify(_references(refs))
     outcomes = _outcomes(suites, sig, token, rc, timed_out)
     if ready not in sig and not timed_out:
         for outcome in outcomes.values():
             outcome.status = "error"
             outcome.detail = f"sandbox did not start: {err.strip()[-200:]}"
     return RunResult(outcomes, iso.level, rc, timed_out, out, err, elapsed,
-                     extra={"start_attempts": attempt + 1})
+                     extra={"start_attempts": attempt + 1}, references=_references(refs))
 
 
 def run_program(program: str, *, iso: Isolation, timeout_s: float = 10.0,
@@ -245,25 +264,33 @@ def run_program(program: str, *, iso: Isolation, timeout_s: float = 10.0,
                       wall_s=timeout_s + 3.0, limits=limits, iso=iso, load_time_limit=timeout_s)
 
 
-def _execute(iso, limits, cpu_s, wall, payload, env, popen_kwargs):
+def _execute(iso, limits, cpu_s, wall, payload, env, popen_kwargs, shared=0, notify=None):
+    """``shared``: how many suites may send reference outputs back (their own pipe), passed to
+    ``notify`` once the driver's closing empty line arrived."""
     cap = limits.output_kb << 10
     sig_r, sig_w = os.pipe()
+    ref_r, ref_w = os.pipe() if shared else (None, None)
     with tempfile.TemporaryFile() as stdin_file:  # unlinked: the token never has a path
         stdin_file.write(payload)
         stdin_file.seek(0)
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(_command(iso, limits, cpu_s, sig_w), stdin=stdin_file,
+            proc = subprocess.Popen(_command(iso, limits, cpu_s, sig_w, ref_w), stdin=stdin_file,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    pass_fds=(sig_w,), start_new_session=True, env=env,
-                                    **popen_kwargs)
+                                    pass_fds=tuple(fd for fd in (sig_w, ref_w) if fd is not None),
+                                    start_new_session=True, env=env, **popen_kwargs)
         except (OSError, subprocess.SubprocessError) as e:  # e.g. EAGAIN: uid's process budget
-            os.close(sig_r)
-            return None, False, "", f"could not start the sandbox: {e}", "", 0.0
+            for fd in (sig_r, ref_r):
+                if fd is not None:
+                    os.close(fd)
+            return None, False, "", f"could not start the sandbox: {e}", "", "", 0.0
         finally:
-            os.close(sig_w)
+            for fd in (sig_w, ref_w):
+                if fd is not None:
+                    os.close(fd)
     streams = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(),
-               sig_r: bytearray()}
+               sig_r: bytearray(), **({ref_r: bytearray()} if shared else {})}
+    keeps = {sig_r: 1 << 20, ref_r: shared * (REFERENCE_CAP + 64)}
     drained = dict.fromkeys(streams, 0)
     timed_out = False
     deadline = start + wall
@@ -287,19 +314,23 @@ def _execute(iso, limits, cpu_s, wall, payload, env, popen_kwargs):
                     sel.unregister(key.fd)
                     continue
                 drained[key.fd] += len(data)
-                keep = (1 << 20) if key.fd == sig_r else cap
+                keep = keeps.get(key.fd, cap)
                 if len(buf) < keep:
                     buf += data[: keep - len(buf)]
+                if key.fd == ref_r and notify and (buf == b"\n" or buf.endswith(b"\n\n")):
+                    notify(_references(buf.decode("ascii", "replace")))
                 if drained[key.fd] > _DRAIN_LIMIT:
                     sel.unregister(key.fd)  # flooding: stop reading; its writes now fail
     _kill_group(proc)
     rc = proc.wait()
     for f in (proc.stdout, proc.stderr):
         f.close()
-    os.close(sig_r)
-    elapsed = time.monotonic() - start
     text = [bytes(streams[fd]).decode("utf-8", "replace") for fd in streams]
-    return rc, timed_out, text[0], text[1], text[2], elapsed
+    for fd in (sig_r, ref_r):
+        if fd is not None:
+            os.close(fd)
+    elapsed = time.monotonic() - start
+    return rc, timed_out, text[0], text[1], text[2], text[3] if shared else "", elapsed
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -309,6 +340,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _references(text: str) -> dict[str, str]:
+    """Complete ``suite<TAB>base64`` lines of the reference pipe (a cut-off one is dropped)."""
+    out = {}
+    for line in text.split("\n")[:-1]:
+        name, _, blob = line.partition("\t")
+        if blob:
+            out[name] = blob
+    return out
 
 
 def _outcomes(suites: list[dict], sig: str, token: str, rc: int | None,

@@ -1,0 +1,60 @@
+"""Reference outputs of differential (EvalPlus) suites, computed once per problem per process.
+
+A problem's reference solution used to run again in every sample's sandbox; on MBPP+ that was
+about half of a sample's time for the heaviest problems. Now the first sample of a suite
+computes the outputs and times in its sandbox (before its candidate runs) and the driver sends
+them back on a pipe it closes before candidate code runs; later samples of the same suite carry
+them as ``expected``. EvalPlus likewise computes a problem's expected outputs and reference
+times once. The host only stores the driver's opaque text (it never unpickles it).
+
+Keyed by the suite's spec text and the sandbox's interpreter. Samples of a suite wait while its
+first sample computes (one lock per suite), so a batch of samples of one problem does not run
+its reference once per worker.
+"""
+from __future__ import annotations
+
+import threading
+
+CACHE_BYTES = 512 << 20  # the most reference text one process keeps
+
+
+class References:
+    def __init__(self, limit: int = CACHE_BYTES):
+        self.limit, self.size = limit, 0
+        self.blobs: dict[tuple, str] = {}
+        self.pending: dict[tuple, threading.Event] = {}  # first samples computing right now
+        self.unshared: set[tuple] = set()  # a run computed it and sent nothing: nobody waits
+        self.guard = threading.Lock()
+
+    def claim(self, key: tuple, wait: bool = True) -> tuple[str | None, bool]:
+        """(the stored text, False), or (None, whether this caller is the suite's first sample,
+        which must ``settle`` it): the caller's sandbox then computes the reference. A caller
+        that is already first for another suite passes ``wait=False`` (no waiting cycles)."""
+        while True:
+            with self.guard:
+                if key in self.blobs:
+                    return self.blobs[key], False
+                if key in self.unshared:
+                    return None, False
+                event = self.pending.get(key)
+                if event is None:
+                    self.pending[key] = threading.Event()
+                    return None, True
+            if not wait:
+                return None, False
+            event.wait()
+
+    def settle(self, key: tuple, blob: str | None) -> None:
+        """Store what a run sent back (nothing: later samples compute it themselves)."""
+        with self.guard:
+            if blob and key not in self.blobs and self.size + len(blob) <= self.limit:
+                self.blobs[key] = blob
+                self.size += len(blob)
+            elif key not in self.blobs:
+                self.unshared.add(key)
+            event = self.pending.pop(key, None)
+        if event:
+            event.set()
+
+
+REFERENCES = References()
