@@ -68,15 +68,17 @@ def slurm_gpu_flags(resources: dict) -> str:
 
 
 # ---- the profile, without a cluster -------------------------------------------------------------
+# Dry runs without an env of their own are forked from the warm Snakemake (conftest's
+# warm_snakemake: Snakemake's command line, the same arguments, directory and environment).
 # The rules that run the model (common.smk's model_job_resources): each asks for the GPU partition.
 MODEL_RULES = {"generate", "time_method", "shadow_probe", "intervention", "drift_profile"}
 
 
-def test_profile_dry_runs_the_default_campaign_with_gpus_on_model_jobs(tmp_path, monkeypatch):
+def test_profile_dry_runs_the_default_campaign_with_gpus_on_model_jobs(tmp_path, monkeypatch, warm_snakemake):
     monkeypatch.setenv("DLMPIPE_SLURM_PARTITION", "cpuq")
     monkeypatch.setenv("DLMPIPE_SLURM_GPU_PARTITION", "gpuq")
     monkeypatch.setenv("DLMPIPE_SLURM_ACCOUNT", "lab42")
-    proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), "--config", "device=cuda",
+    proc = warm_snakemake(tmp_path, "-n", "--profile", str(PROFILE), "--config", "device=cuda",
                          configfile=REPO / "config.yaml")
     assert "Using profile" in proc.stdout + proc.stderr
     jobs = job_resources(proc.stdout)
@@ -100,17 +102,18 @@ def test_profile_dry_runs_the_default_campaign_with_gpus_on_model_jobs(tmp_path,
     ungrouped = yaml.safe_load((REPO / "config.yaml").read_text())
     ungrouped["cluster"] = {"group_components": {"decode": None}}
     (tmp_path / "ungrouped.yaml").write_text(yaml.safe_dump(ungrouped))
-    proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), "--config", "device=cuda",
+    proc = warm_snakemake(tmp_path, "-n", "--profile", str(PROFILE), "--config", "device=cuda",
                          configfile=tmp_path / "ungrouped.yaml")
     score = [r for rule, r in job_resources(proc.stdout) if rule == "score"]
     assert score and all(r["slurm_partition"] == "cpuq" and "gpu" not in r for r in score)
 
 
-def test_profile_passes_a_gpu_model_and_no_gpus_on_the_cpu(tmp_path, tiny_config, write_config):
+def test_profile_passes_a_gpu_model_and_no_gpus_on_the_cpu(tmp_path, tiny_config, write_config,
+                                                           warm_snakemake):
     tiny_config["resources"]["generate"]["gpu_model"] = "h100"
     config = write_config(tiny_config, tmp_path / "c.yaml")
     for device, want in (("cuda", "--gpus=h100:1"), ("cpu", "")):
-        proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), "--config", f"device={device}",
+        proc = warm_snakemake(tmp_path, "-n", "--profile", str(PROFILE), "--config", f"device={device}",
                              configfile=config)
         generate = [r for rule, r in job_resources(proc.stdout) if rule == "generate"]
         assert generate and all(slurm_gpu_flags(r) == want for r in generate), (device, generate[0])
@@ -160,7 +163,7 @@ def test_plans_local_rules_are_the_workflows():
     ({"group_components": {"decode": 4, "timing": None}}, 1, {"timing": 6}),  # null stays ungrouped
 ])
 def test_profile_groups_jobs_and_plan_counts_its_submissions(tmp_path, tiny_config, write_config,
-                                                             cluster, shards, override):
+                                                             warm_snakemake, cluster, shards, override):
     """A dry run with the profile lists group jobs (a method's generate and score jobs in one,
     time_method jobs packed N at a time) and as many submissions as `dlmpipe plan` states."""
     from dlmpipe.plan import LOCAL_RULES, submissions as planned
@@ -172,7 +175,7 @@ def test_profile_groups_jobs_and_plan_counts_its_submissions(tmp_path, tiny_conf
     args = ["-n", "--profile", str(PROFILE)]
     if override:
         args += ["--group-components", *(f"{g}={n}" for g, n in override.items())]
-    out = run_snakemake(tmp_path, *args, configfile=config).stdout
+    out = warm_snakemake(tmp_path, *args, configfile=config).stdout
     campaign = Campaign(yaml.safe_load(config.read_text()), check_paths=False)
     allocations, jobs = planned(campaign, override)
     assert submissions(out, LOCAL_RULES) == allocations < jobs
@@ -202,19 +205,19 @@ def test_profile_groups_jobs_and_plan_counts_its_submissions(tmp_path, tiny_conf
 
 
 def test_groups_only_on_a_cluster_and_they_rerun_nothing(tmp_path, tiny_config, write_config,
-                                                        finished_run):
+                                                        finished_run, warm_snakemake):
     """A local dry run shows every job on its own as before (Snakemake runs groups only on a
     cluster), and a finished run planned with the profile's groups, or with other group sizes,
     has nothing to do: grouping changes no job's outputs or params. The finished run is the
     session's shared run of the tiny campaign (conftest's ``finished_run``: dry runs only read
     it; real where the commands are importable, else a --touch fake as here before)."""
     config = write_config(tiny_config, tmp_path / "c.yaml")
-    local = run_snakemake(tmp_path, "-n", configfile=config).stdout
+    local = warm_snakemake(tmp_path, "-n", configfile=config).stdout
     assert not group_jobs(local) and "Group job" not in local
     tiny_config["cluster"] = {"group_components": {"decode": 3, "timing": None}}
     regrouped = write_config(tiny_config, tmp_path / "regrouped.yaml")
     for configfile in (config, regrouped):
-        proc = run_snakemake(finished_run, "-n", "--profile", str(PROFILE), configfile=configfile)
+        proc = warm_snakemake(finished_run, "-n", "--profile", str(PROFILE), configfile=configfile)
         assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
 
 
@@ -414,14 +417,14 @@ def slurm_cluster():
         assert not Path(env["SLURM_LOCAL_DIR"]).exists()
 
 
-def _results(workdir: Path, tasks: set | None = None) -> dict:
-    """Per (task, method): token ids and scores by sample; the summary's quality (of ``tasks``,
-    default all)."""
+def _results(workdir: Path, tasks: set | None = None, methods: set | None = None) -> dict:
+    """Per (task, method): token ids and scores by sample; the summary's quality (of ``tasks``
+    and ``methods``, default all)."""
     out = {}
     results = workdir / "results"
     for path in sorted((results / "generations").glob("*/*/*.parquet")):
         key = (path.parent.name, path.stem)
-        if tasks is not None and key[0] not in tasks:
+        if (tasks is not None and key[0] not in tasks) or (methods is not None and key[1] not in methods):
             continue
         gen = pq.read_table(path).to_pylist()
         scores = pq.read_table(results / "scores" / path.parent.parent.name / path.parent.name
@@ -430,7 +433,8 @@ def _results(workdir: Path, tasks: set | None = None) -> dict:
                     "scores": {r["sample_index"]: (r["passed"], r["status"]) for r in scores}}
     summary = pq.read_table(results / "summary.parquet").to_pylist()
     out["quality"] = sorted((r["task"], r["method"], r["quality"]) for r in summary
-                            if tasks is None or r["task"] in tasks)
+                            if (tasks is None or r["task"] in tasks)
+                            and (methods is None or r["method"] in methods))
     return out
 
 
@@ -445,12 +449,15 @@ def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, finished_run,
     tiny_config["resources"] = {"train_toy": {"mem_mb": 500},
                                 "generate": {"threads": 1, "mem_mb": 1000},
                                 "score": {"threads": 1, "mem_mb": 500}}
-    # few submissions: two methods' generate and score jobs per allocation, three timing jobs;
-    # one of the two tasks (the three methods still fill a decode group, leave one partial and
-    # fill a timing group), the timing stage at its smallest (its times are not compared)
+    # the smallest campaign that shows each property: one task, two methods (the reference and
+    # Archer K=inf); each method's generate and score jobs in an allocation of their own (a
+    # group job, split in two), the timing jobs packed in one allocation of three (left
+    # partial); the timing stage at its smallest (its times are not compared). Each job costs
+    # two Snakemake start-ups in its allocation besides its commands.
     del tiny_config["tasks"]["toy_arith"]
+    tiny_config["methods"]["archer"]["sweep"] = {"cache.K": ["inf"]}
     tiny_config["timing"] = {"samples": 1, "repeats": 1}
-    tiny_config["cluster"] = {"group_components": {"decode": 2, "timing": 3}}
+    tiny_config["cluster"] = {"group_components": {"decode": 1, "timing": 3}}
     config = write_config(tiny_config, tmp_path / "tiny.yaml")
     cluster = tmp_path / "slurm"
     cluster.mkdir()
@@ -488,19 +495,20 @@ def test_tiny_campaign_on_slurm_matches_a_local_run(slurm_cluster, finished_run,
     campaign = Campaign(yaml.safe_load(config.read_text()))
     decoding = len(campaign.backbones) * len(campaign.tasks) * len(campaign.methods)
     allocations, jobs = planned(campaign)
-    assert jobs == 1 + 3 * decoding  # train_toy, generate, score, time_method
-    assert len(submitted) == allocations == 1 + -(-decoding // 2) + -(-decoding // 3), log[-3000:]
+    assert jobs == 1 + 3 * decoding and decoding == 2  # train_toy, generate, score, time_method
+    assert len(submitted) == allocations == 1 + decoding + 1 < jobs, log[-3000:]
     # what each submission was: the plugin names its log directory by rule or group job
     kinds = re.findall(r"has been submitted with SLURM jobid \d+ \(log: .*?/slurm_logs/([^/\s]+)/", log)
     assert len(kinds) == allocations, log[-3000:]
     assert kinds.count("rule_train_toy") == 1, kinds
-    assert sum(k.startswith("group_decode") for k in kinds) == -(-decoding // 2), kinds
-    assert sum(k.startswith("group_timing") for k in kinds) == -(-decoding // 3), kinds
+    # (the plugin names a group job's log directory by the group and the rules it holds)
+    assert kinds.count("group_decode_generate_score") == decoding, kinds  # one per method
+    assert kinds.count("group_timing_time_method") == 1, kinds  # both time_method jobs
     assert re.search(r"^localrule (prepare_task|summarize|plot):", log, re.M)
     assert not re.search(r"^rule (prepare_task|prepare_backbone|summarize|plot):", log, re.M)
 
     # the same tokens and scores as the local run of that task (timings differ)
-    got, want = _results(cluster), _results(local, tasks=set(campaign.tasks))
+    got, want = _results(cluster), _results(local, tasks=set(campaign.tasks), methods=set(campaign.methods))
     assert set(got) == set(want) and len(got) == decoding + 1
     for key in want:
         assert got[key] == want[key], key
