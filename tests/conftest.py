@@ -132,7 +132,9 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def snakemake():
-    """``snakemake(workdir, *args, configfile=None, check=True)`` -> CompletedProcess."""
+    """``snakemake(workdir, *args, configfile=None, check=True)`` -> CompletedProcess: a fresh
+    ``python -m snakemake`` process, for a property that needs one (another environment);
+    otherwise ``warm_snakemake``, the same call at about a quarter of the cost."""
     return run_snakemake
 
 
