@@ -238,17 +238,25 @@ def test_a_campaign_task_names_an_lm_eval_task_and_the_summary_has_both_verdicts
     assert summary.loc[0, "quality_lm_eval"] == summary.loc[0, "quality"]
 
 
-def test_the_lm_eval_command_runs_gsm8k_offline_and_prints_the_speed(gsm8k):
+def test_the_lm_eval_command_runs_gsm8k_offline_and_prints_the_speed(gsm8k, monkeypatch, capsys):
     """``python -m dlmpipe lm-eval``: lm-eval's own flags, the model dlmpipe by default, local
-    data by --dataset_kwargs; lm-eval's table, then the speed table."""
-    out = subprocess.run(
-        [sys.executable, "-m", "dlmpipe", "lm-eval", "--model_args",
-         "checkpoint=shipped:toy,method=fast-dllm-dual,config=config.yaml,gen_length=32",
-         "--tasks", "gsm8k", "--num_fewshot", "0", "--limit", "2", "--batch_size", "2",
-         "--device", "cpu", "--dataset_kwargs", f"gsm8k={json.dumps(gsm8k['dataset_kwargs'])}"],
-        capture_output=True, text=True, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    table, speed = out.stdout.split("dlmpipe speed", 1)
+    data by --dataset_kwargs; lm-eval's table, then the speed table. The command runs in this
+    process (``dlmpipe.cli.main``, as ``python -m dlmpipe`` runs it, in the repository root),
+    where lm-eval and torch are already imported; its speed table shows only the models this
+    command made."""
+    from dlmpipe.cli import main as cli
+    from dlmpipe.lmeval import model
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(model, "CREATED", [])
+    code = cli(["lm-eval", "--model_args",
+                "checkpoint=shipped:toy,method=fast-dllm-dual,config=config.yaml,gen_length=32",
+                "--tasks", "gsm8k", "--num_fewshot", "0", "--limit", "2", "--batch_size", "2",
+                "--device", "cpu", "--dataset_kwargs", f"gsm8k={json.dumps(gsm8k['dataset_kwargs'])}"])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    assert len(model.CREATED) == 1
+    table, speed = out.out.split("dlmpipe speed", 1)
     assert "|gsm8k|" in table and "strict-match" in table and "flexible-extract" in table
     assert "|fast-dllm-dual|" in speed and "|cpu|2|2|" in speed
 
