@@ -52,12 +52,11 @@ jobserver.serve(sys.argv[1])
 '''
 
 
-@pytest.fixture
-def server(tmp_path):
-    """A running stand-in server: (socket path, its Popen)."""
-    script = tmp_path / "server.py"
+def _stand_in_server(root: Path):
+    """Starts a stand-in server under ``root``; yields (socket path, its Popen); stops it."""
+    script = root / "server.py"
     script.write_text(STAND_IN)
-    path = tmp_path / "s" / "socket"
+    path = root / "s" / "socket"
     path.parent.mkdir(mode=0o700)
     proc = subprocess.Popen([sys.executable, str(script), str(path)], stdin=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -69,6 +68,20 @@ def server(tmp_path):
     if proc.poll() is None:
         proc.stdin.close()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A running stand-in server, (socket path, its Popen), shared by the tests of served jobs
+    (each job is a fork of its own: a job run, exited, signalled or killed before leaves the
+    server as it was; its start-up imports torch, a second of CPU)."""
+    yield from _stand_in_server(tmp_path_factory.mktemp("server"))
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    """A stand-in server of this test's own (one the test stops)."""
+    yield from _stand_in_server(tmp_path)
 
 
 def client(path, *argv, cwd=None, env=None, **kwargs) -> subprocess.Popen:
@@ -150,8 +163,8 @@ def test_without_a_reachable_server_the_command_runs_itself(tmp_path):
         assert ("unreachable" in err) == (value != "0")  # a fallback says so; opting out is quiet
 
 
-def test_the_server_stops_when_its_stdin_closes(server):
-    path, proc = server
+def test_the_server_stops_when_its_stdin_closes(own_server):
+    path, proc = own_server
     proc.stdin.close()
     assert proc.wait(timeout=30) == 0
     assert not path.exists()
