@@ -41,16 +41,16 @@ __builtins__ = dict(_PRISTINE)
 
 import copy  # noqa: E402
 import io  # noqa: E402
-import base64  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
-import pickle  # noqa: E402
 import resource  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from decimal import Decimal, InvalidOperation  # noqa: E402
+
+# decimal (stdin suites), pickle and base64 (differential suites) are imported only where a
+# suite needs them (a few ms of each sandbox's start), always before candidate code runs.
 
 
 class _Tools:
@@ -66,7 +66,6 @@ class _Tools:
         self.pow, self.sqrt = math.pow, math.sqrt
         self.TextIOWrapper, self.BufferedReader, self.FileIO = (io.TextIOWrapper, io.BufferedReader,
                                                                 io.FileIO)
-        self.Decimal, self.InvalidOperation = Decimal, InvalidOperation
         self.settrace, self.setprofile = sys.settrace, sys.setprofile
         self.sys = sys
 
@@ -83,6 +82,9 @@ def _main():
     os.dup2(null_fd, 0)
     os.close(null_fd)
     token = job.pop("token")
+    if any(s["format"] == "stdin" for s in job["suites"]):
+        from decimal import Decimal, InvalidOperation
+        t.Decimal, t.InvalidOperation = Decimal, InvalidOperation
     _apply_limits(job.get("limits") or {})
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(50000)  # EvalPlus's setting: big-int outputs stay comparable
@@ -259,7 +261,11 @@ class _ByteSink:
 def _given_reference(suite):
     """(outputs, times) an earlier run computed for this suite, or None to compute them."""
     try:
-        return pickle.loads(base64.b64decode(suite["expected"])) if suite.get("expected") else None
+        if suite.get("expected"):
+            import base64
+            import pickle
+            return pickle.loads(base64.b64decode(suite["expected"]))
+        return None
     except Exception:
         return None
 
@@ -280,6 +286,9 @@ def _share_references(fd, fresh, cap):
     """One ``name<TAB>base64 pickle`` line per fresh reference and an empty line, then the pipe
     is closed: the candidate never holds it. A reference that cannot be pickled or exceeds
     ``cap`` is skipped (the next sample computes it again)."""
+    import base64
+    import pickle
+
     lines = []
     for name, ref in fresh.items():
         out = _CappedBytes(cap * 3 // 4 - 64)  # base64 makes 4 of 3
