@@ -2,8 +2,11 @@
 subprocesses whose MKL_CBWR, ATEN_CPU_CAPABILITY and thread counts differ (the other CPUs' code
 paths, where a second machine is not at hand). Prints one line per failed check and exits 1 if
 any failed; prints the chunk sizes chosen (dlmpipe/backbones/rowwise.py) and exits 0 otherwise.
+The thread counts given (default: the current one) run one after the other in this process
+(``torch.set_num_threads``: MKL and OpenMP take it per call; the chunk sizes are chosen per
+thread count); the kernels' environment is read once, at start, hence a process per kernel.
 
-    python -m tests.row_invariance_probe
+    python -m tests.row_invariance_probe [THREADS ...]
 """
 from __future__ import annotations
 
@@ -74,10 +77,15 @@ def check_decodes() -> list[str]:
     return bad
 
 
-def main() -> int:
-    bad = check_primitives() + check_decodes()
-    print("\n".join(bad) if bad else f"row-invariant: {torch.backends.cpu.get_cpu_capability()} "
-          f"threads {torch.get_num_threads()} chunks {sorted(set(rowwise.chunk_sizes().values()))}")
+def main(argv: list[str] | None = None) -> int:
+    bad = []
+    for threads in [int(t) for t in (sys.argv[1:] if argv is None else argv)] or [torch.get_num_threads()]:
+        torch.set_num_threads(threads)
+        failed = check_primitives() + check_decodes()
+        chunks = sorted({n for (_, _, t), n in rowwise.chunk_sizes().items() if t == threads})
+        print("\n".join(f"threads {threads}: {b}" for b in failed) if failed else
+              f"row-invariant: {torch.backends.cpu.get_cpu_capability()} threads {threads} chunks {chunks}")
+        bad += failed
     return 1 if bad else 0
 
 
