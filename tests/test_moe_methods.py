@@ -3,7 +3,8 @@ the degenerate rows of tests/test_exactness.py on an LLaDA-MoE-shaped model (bid
 an LLaDA2.0-shaped one (block-causal, decoded block by block), token for token against full
 recompute; and every cache states what it means on an MoE FFN (``python -m dlmpipe methods``).
 One seed and one prompt per row (test_exactness.py runs three seeds and two prompt lengths on the
-dense families), to keep the suite fast."""
+dense families), to keep the suite fast; the rows of one sampler share its full-recompute
+reference (test_exactness.py ``reference``)."""
 from __future__ import annotations
 
 import pytest
@@ -13,14 +14,14 @@ from dlmpipe import registry
 from dlmpipe.registry.describe import rows_text
 
 from .models import MASK_ID, decode_method, random_prompt, tiny_backbone
-from .test_exactness import BLOCK_ROWS, DEGENERATE, _needs_blocks
+from .test_exactness import BLOCK_ROWS, DEGENERATE, _needs_blocks, reference
 
 
 def _equal_to_full_recompute(family, sampler, cache, stats, keys):
     model = tiny_backbone(family, seed=0, n_layers=4)
     for p_len in ((24,) if family == "llada_moe" else (21,)):  # LLaDA2.0: ends inside a block of 8
         prompt = random_prompt(p_len, 0)
-        ref = decode_method(model, sampler, {"name": "none"}, prompt, seed=0)
+        ref = reference(model, family, 0, sampler, prompt)  # (once per sampler: rows share it)
         got = decode_method(model, sampler, cache, prompt, seed=0)
         assert torch.equal(got.response, ref.response), p_len
         for key in keys:
