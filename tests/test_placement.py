@@ -197,15 +197,16 @@ def test_placed_decode_equals_one_device(family, sampler, cache):
 @pytest.mark.parametrize("cache", [{"name": "archer", "K": 4}, {"name": "fast_dllm_dual"}],
                          ids=lambda c: c["name"])
 def test_placed_batched_decode_equals_one_device(cache):
-    """Several samples decoded together (dlmpipe/batching.py) over the placed layers."""
-    from .test_batching import decode_all
+    """Several samples decoded together (dlmpipe/batching.py) over the placed layers: 4
+    samples of 4 prompt lengths in 3 slots (one joins a slot another left)."""
+    from .test_batching import FEW_SAMPLES, decode_all
 
     model = tiny_backbone("llada", n_layers=LAYERS)
     sampler = {"name": "llada_confidence", "steps": 16, "block_length": 8}
-    want = decode_all(model, sampler, cache, 3)
+    want = decode_all(model, sampler, cache, 3, FEW_SAMPLES)
     placed, p = placed_copy(model)
     with StageCheck(p):
-        got = decode_all(placed, sampler, cache, 3)
+        got = decode_all(placed, sampler, cache, 3, FEW_SAMPLES)
     assert all(torch.equal(got[i].response, want[i].response) for i in want)
 
 
