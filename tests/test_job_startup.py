@@ -91,11 +91,16 @@ def _run(d: Path, *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory) -> dict[str, dict]:
-    """The heavy modules of a generate, a time-method and a score job on the shipped toy."""
+    """The heavy modules of a generate, a time-method and a score job on the shipped toy (their
+    inputs made in this process: what the preparing jobs import is not checked)."""
+    from dlmpipe.cli import main
+
     d = tmp_path_factory.mktemp("jobs")
     (d / "wrapper.py").write_text(WRAPPER)
-    _run(d, "prepare-backbone", "--path", str(SHIPPED / "toy"), "--name", "toy", "--out", "manifest.json")
-    _run(d, "prepare-task", "--name", "toy_arith", "--options", '{"n": 3}', "--out", "task.parquet")
+    assert main(["prepare-backbone", "--path", str(SHIPPED / "toy"), "--name", "toy",
+                 "--out", str(d / "manifest.json")]) == 0
+    assert main(["prepare-task", "--name", "toy_arith", "--options", '{"n": 3}',
+                 "--out", str(d / "task.parquet")]) == 0
     model = ["--manifest", "manifest.json", "--task-file", "task.parquet", "--method",
              json.dumps(METHOD), "--device", "cpu"]
     seen = {
