@@ -423,7 +423,7 @@ def test_captured_scoring_decodes_the_eager_tokens(monkeypatch, family, corpus_f
     give the eager tokens, captured once per sampler and shape (the prior and the weights are
     allocated before the capture and kept across samples)."""
     monkeypatch.setitem(graphs.CAPTURE, "cpu", replay_capture)
-    model = tiny_backbone(family, seed=3)
+    model = tiny_backbone(family, seed=3, n_layers=2)  # (the capture is the sampler's, not the model's)
     specs = [{"name": "llada_confidence", "confidence": c, "temperature": t}
              for c in ("probability", "maskgit_plus", "topk_margin", "entropy") for t in (0, 0.7)]
     specs += [{"name": "certainty_prior", "sigma": 2.0, "block_length": 8},
