@@ -115,13 +115,22 @@ def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
     assert not (root / "ref.parquet.journal.jsonl").exists()
 
 
-def test_cuda_graphs_on_a_cpu_stop_the_job_before_it_decodes(job_inputs):
+def refused(argv: list[str], capsys) -> tuple[int, str]:
+    """``python -m dlmpipe <argv>``'s exit status and standard error, run in this process (the
+    command's parser, job function and error handling: a refusal is what they print)."""
+    from dlmpipe.cli import main
+
+    capsys.readouterr()
+    code = main(argv[argv.index("dlmpipe") + 1:])
+    return code, capsys.readouterr().err
+
+
+def test_cuda_graphs_on_a_cpu_stop_the_job_before_it_decodes(job_inputs, capsys):
     root, env = job_inputs
     out = root / "graphs.parquet"
-    proc = subprocess.run(_cmd(root, out) + ["--compile", "cuda_graphs"], env=env, capture_output=True,
-                          text=True)
-    assert proc.returncode != 0
-    assert "compile: cuda_graphs needs a CUDA device; the model is on cpu" in proc.stderr
+    code, err = refused(_cmd(root, out) + ["--compile", "cuda_graphs"], capsys)
+    assert code != 0
+    assert "compile: cuda_graphs needs a CUDA device; the model is on cpu" in err
     assert not out.exists()
 
 
@@ -146,12 +155,11 @@ def test_batched_job_decodes_the_tokens_of_batch_one(job_inputs, batch_one, meth
     assert all(0 < r["job_ttft_s"] <= r["job_time_s"] for r in b)
 
 
-def test_batch_size_with_a_compile_mode_is_refused(job_inputs):
+def test_batch_size_with_a_compile_mode_is_refused(job_inputs, capsys):
     root, env = job_inputs
     out = root / "compiled-batch.parquet"
-    proc = subprocess.run(_cmd(root, out, batch_size=4) + ["--compile", "torch_compile"], env=env,
-                          capture_output=True, text=True)
-    assert proc.returncode != 0 and "batched decoding runs eagerly" in proc.stderr
+    code, err = refused(_cmd(root, out, batch_size=4) + ["--compile", "torch_compile"], capsys)
+    assert code != 0 and "batched decoding runs eagerly" in err
     # refused before the job starts: no journal written, no model loaded or step compiled
     assert not out.exists() and not out.with_name(out.name + ".journal.jsonl").exists()
 
@@ -192,7 +200,7 @@ def test_journal_of_other_parameters_is_discarded(job_inputs):
     other = {**METHOD, "sampler": {**METHOD["sampler"], "steps": 8}}
     journal.write_text(json.dumps({"identity": {"method": other}}) + "\n"
                        + json.dumps({"sample_index": 0, "token_ids": [1]}) + "\n")
-    subprocess.run(_cmd(root, out), check=True, env=env, capture_output=True)
+    in_process(_cmd(root, out))  # the command's parser and job function
     rows = pq.read_table(out).to_pylist()
     assert len(rows) == 16 and len(rows[0]["token_ids"]) == 16
 
