@@ -51,7 +51,8 @@ def test_the_counter_sees_every_kind_of_host_read(monkeypatch, inference):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("cache_id", list(CACHE_READS))
 def test_a_step_reads_back_only_what_its_decisions_need(monkeypatch, family, cache_id):
-    model = tiny_backbone(family, seed=4)
+    # 2 layers: every per-layer path of the caches (layer 0 and the later ones) runs in a step
+    model = tiny_backbone(family, seed=4, n_layers=2)
     prompt = random_prompt(9, 4)
     spec = CACHE_READS[cache_id][0]
     for s_name in SAMPLER_READS:
