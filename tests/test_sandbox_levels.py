@@ -5,6 +5,7 @@ downgrades. Only benign programs run here."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import shutil
 import stat
@@ -39,7 +40,7 @@ def spawned(monkeypatch):
     programs, execute = [], sandbox._execute
 
     def spy(iso, limits, cpu_s, wall, payload, env, popen_kwargs, **kwargs):
-        programs.append(json.loads(payload)["program"])
+        programs.append(marshal.loads(payload)["program"])
         return execute(iso, limits, cpu_s, wall, payload, env, popen_kwargs, **kwargs)
 
     monkeypatch.setattr(sandbox, "_execute", spy)

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from ..tasks.code import from_tagged
 from ..tasks.extract import program_for
 from .levels import isolation
 from .references import REFERENCES, References
@@ -44,12 +45,12 @@ class Settings:
         return cls(limits=limits, **known)
 
 
-def parse_test(test: str) -> dict:
+def parse_test(test: str, object_hook=None) -> dict:
     """A suite spec from a ``test``/``plus_test`` cell: JSON spec or Python test code."""
     text = test.lstrip()
     if text.startswith("{"):
         try:
-            spec = json.loads(text)
+            spec = json.loads(text, object_hook=object_hook)
         except json.JSONDecodeError:
             spec = None
         if isinstance(spec, dict) and "format" in spec:
@@ -59,7 +60,8 @@ def parse_test(test: str) -> dict:
 
 @lru_cache(maxsize=64)
 def _parsed(test: str) -> dict:
-    return parse_test(test)
+    """The spec with its tuples, sets and complex numbers decoded, as the sandbox gets them."""
+    return parse_test(test, object_hook=from_tagged)
 
 
 def suites_for(row: dict, settings: Settings) -> list[dict]:

@@ -1,10 +1,12 @@
 """The trusted driver that runs inside the sandbox: one candidate program, its test suites.
 
 The host never imports this module: ``sandbox.py`` reads its source and runs it as
-``python -I -B -c <source> <signal_fd>`` inside the sandbox, with the job on stdin (JSON: a
-per-run random ``token``, the ``program``, the ``suites`` and the resource ``limits``). It uses
-the standard library only and runs on any Python >= 3.8, because the sandboxed interpreter is the
-system's, not the project's.
+``python -I -B -c <source> <signal_fd>`` inside the sandbox, with the job on stdin (marshal
+format 4: a per-run random ``token``, the ``program``, the ``suites`` with their tuples, sets
+and complex numbers, and the resource ``limits``). It uses the standard library only and runs on
+any Python >= 3.8, because the sandboxed interpreter is the system's, not the project's. It
+imports little (marshal, not json; ``_signal``, not ``signal``: both would load ``enum``, and
+``json`` also ``re``): every sandbox starts the interpreter and this driver afresh.
 
 Why a token: a program that calls ``exit(0)`` / ``os._exit(0)`` before its asserts, or patches
 ``AssertionError`` or builtins, fools any scorer that trusts the exit status. Here a suite counts
@@ -41,16 +43,20 @@ __builtins__ = dict(_PRISTINE)
 
 import copy  # noqa: E402
 import io  # noqa: E402
-import json  # noqa: E402
+import marshal  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
-import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-# decimal (stdin suites), pickle and base64 (differential suites) are imported only where a
-# suite needs them (a few ms of each sandbox's start), always before candidate code runs.
+try:
+    import _signal as signal  # the functions and numbers without signal.py's enums
+except ImportError:  # not CPython
+    import signal
+
+# decimal (stdin suites), json (functional suites), pickle and base64 (differential suites) are
+# imported only where a suite needs them, always before candidate code runs.
 
 
 class _Tools:
@@ -60,7 +66,7 @@ class _Tools:
         self.write, self.exit_now, self.open_fd = os.write, os._exit, os.open
         self.dup2, self.close, self.abspath, self.O_RDONLY = os.dup2, os.close, os.path.abspath, os.O_RDONLY
         self.monotonic, self.perf_counter = time.monotonic, time.perf_counter
-        self.deepcopy, self.json_loads = copy.deepcopy, json.loads
+        self.deepcopy = copy.deepcopy
         self.set_handler, self.setitimer = signal.signal, signal.setitimer
         self.SIGALRM, self.ITIMER_REAL = signal.SIGALRM, signal.ITIMER_REAL
         self.pow, self.sqrt = math.pow, math.sqrt
@@ -77,14 +83,18 @@ class _Timeout(BaseException):
 def _main():
     t = _Tools()
     signal_fd = int(sys.argv[1])
-    job = json.loads(sys.stdin.buffer.read().decode("utf-8"), object_hook=_decode_tagged)
+    job = marshal.loads(sys.stdin.buffer.read())
     null_fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null_fd, 0)
     os.close(null_fd)
     token = job.pop("token")
-    if any(s["format"] == "stdin" for s in job["suites"]):
+    formats = {s["format"] for s in job["suites"]}
+    if "stdin" in formats:
         from decimal import Decimal, InvalidOperation
         t.Decimal, t.InvalidOperation = Decimal, InvalidOperation
+    if "functional" in formats:
+        import json
+        t.json_loads = json.loads
     _apply_limits(job.get("limits") or {})
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(50000)  # EvalPlus's setting: big-int outputs stay comparable
@@ -180,19 +190,6 @@ def _describe(e):
     except BaseException:
         name, msg = "exception", ""
     return "failed", "%s: %s" % (name, msg) if msg else name
-
-
-def _decode_tagged(obj):
-    """JSON has no tuples, sets or complex numbers; the loaders tag them."""
-    if len(obj) == 1:
-        if "__tuple__" in obj:
-            return tuple(obj["__tuple__"])
-        if "__set__" in obj:
-            return set(obj["__set__"])
-        if "__complex__" in obj:
-            re_, im = obj["__complex__"]
-            return complex(re_, im)
-    return obj
 
 
 def _apply_limits(limits):

@@ -104,7 +104,7 @@ _EVALPLUS_KEYS = ("task_id", "prompt", "entry_point", "canonical_solution", "bas
                   "plus_input")
 
 
-# Tagged JSON: tuples, sets and complex numbers survive the trip to the sandbox
+# Tagged JSON: tuples, sets and complex numbers survive in the task file's test specs
 def to_tagged(x):
     if isinstance(x, tuple):
         return {"__tuple__": [to_tagged(i) for i in x]}
@@ -117,6 +117,19 @@ def to_tagged(x):
     if isinstance(x, dict):
         return {k: to_tagged(v) for k, v in x.items()}
     return x
+
+
+def from_tagged(obj: dict):
+    """``json.loads``'s object_hook undoing ``to_tagged``."""
+    if len(obj) == 1:
+        if "__tuple__" in obj:
+            return tuple(obj["__tuple__"])
+        if "__set__" in obj:
+            return set(obj["__set__"])
+        if "__complex__" in obj:
+            re_, im = obj["__complex__"]
+            return complex(re_, im)
+    return obj
 
 
 # ---------------------------------------------------------------------------------------------
