@@ -190,8 +190,14 @@ def finished_run(tmp_path_factory):
     and score commands are importable, otherwise ``fake_finished_run``. ``DLMPIPE_DAG_TOUCH=1``
     forces the fake. Made once per test session: under pytest-xdist the first worker that asks
     runs it while the others wait on a file lock, then all read the same directory (Snakemake's
-    dry runs, --summary and --report take no lock on it)."""
+    dry runs, --summary and --report take no lock on it). A real run's log (``-p``: the jobs'
+    commands) and what its job server left in its TMPDIR are kept beside it, in
+    ``finished-run.json`` (tests/workflow.py's ``served_local_run``; tests/test_jobserver.py)."""
+    import json
+
     from filelock import FileLock
+
+    from .workflow import served_local_run
 
     real = _real_commands_available()
     workdir = shared_between_workers(tmp_path_factory) / ("finished-run" if real else "finished-touch")
@@ -200,9 +206,12 @@ def finished_run(tmp_path_factory):
     with FileLock(str(workdir) + ".lock"):
         if not done.exists():
             shutil.rmtree(workdir, ignore_errors=True)
+            workdir.with_suffix(".json").unlink(missing_ok=True)
             workdir.mkdir()
             if real:
-                run_snakemake(workdir, "--cores", "2", configfile=config)
+                proc, left = served_local_run(workdir, "--cores", "2", configfile=config)
+                workdir.with_suffix(".json").write_text(json.dumps(
+                    {"log": proc.stdout + proc.stderr, "tmpdir_left": left}))
                 assert (workdir / "results" / "summary.csv").is_file()
                 assert list((workdir / "results" / "plots").glob("pareto_*.png"))
             else:

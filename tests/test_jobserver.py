@@ -7,18 +7,17 @@ reports what the job sees, exits, raises, signals itself or sleeps on request: c
 behaviour is observable. The last test runs the real workflow."""
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from .workflow import REPO, run_snakemake
+from .workflow import REPO, served_local_run
 
 STAND_IN = '''
 import os, signal, sys, time
@@ -170,22 +169,25 @@ def test_the_server_stops_when_its_stdin_closes(own_server):
     assert not path.exists()
 
 
-def test_a_local_snakemake_run_serves_its_jobs_and_stops_the_server(tmp_path, tiny_config, write_config):
+def test_a_local_snakemake_run_serves_its_jobs_and_stops_the_server(finished_run, tmp_path, tiny_config,
+                                                                   write_config):
     """The real workflow: every `python -m dlmpipe` command of a local run is served (the server's
     count at its exit is the number of such commands Snakemake printed), and the server is gone
-    with its socket's directory when the run ends."""
-    tiny_config["tasks"] = {"toy_arith": {**tiny_config["tasks"]["toy_arith"], "n": 2}}
-    tiny_config["methods"] = {"llada-confidence": tiny_config["methods"]["llada-confidence"]}
-    config = write_config(tiny_config, tmp_path / "one.yaml")
-    sockets = Path(tempfile.mkdtemp(prefix="js-", dir="/tmp"))  # short: a socket path has <108 bytes
-    try:
-        proc = run_snakemake(tmp_path, "--cores", "2", "-p", configfile=config,
-                             env={**os.environ, "TMPDIR": str(sockets)})
+    with its socket's directory when the run ends. The run is the session's local run of the
+    tiny campaign (conftest's ``finished_run``, run by tests/workflow.py's ``served_local_run``),
+    where it is real; else a run of one method on two samples here."""
+    record = finished_run.with_suffix(".json")
+    if record.exists():
+        run = json.loads(record.read_text())
+        log, left = run["log"], run["tmpdir_left"]
+    else:
+        tiny_config["tasks"] = {"toy_arith": {**tiny_config["tasks"]["toy_arith"], "n": 2}}
+        tiny_config["methods"] = {"llada-confidence": tiny_config["methods"]["llada-confidence"]}
+        proc, left = served_local_run(tmp_path, "--cores", "2",
+                                      configfile=write_config(tiny_config, tmp_path / "one.yaml"))
         log = proc.stdout + proc.stderr
-        commands = log.count("python -m dlmpipe ")
-        served = [int(line.split("served ")[1].split()[0]) for line in log.splitlines()
-                  if line.startswith("dlmpipe job server: served")]
-        assert commands >= 5 and served == [commands], log[-3000:]
-        assert not list(sockets.glob("dlmpipe-jobs-*")), "the server left its socket behind"
-    finally:
-        shutil.rmtree(sockets, ignore_errors=True)
+    commands = log.count("python -m dlmpipe ")
+    served = [int(line.split("served ")[1].split()[0]) for line in log.splitlines()
+              if line.startswith("dlmpipe job server: served")]
+    assert commands >= 5 and served == [commands], log[-3000:]
+    assert not [name for name in left if name.startswith("dlmpipe-jobs-")], "the server left its socket behind"

@@ -49,6 +49,24 @@ def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None,
     return proc
 
 
+def served_local_run(workdir: Path, *args: str, configfile: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """A local run (``run_snakemake`` with ``-p``: each job's command printed) in a TMPDIR of its
+    own, where the Snakefile's job server makes its socket's directory (dlmpipe/jobserver.py;
+    short: a socket path has < 108 bytes); returns the run and the names left in that TMPDIR
+    when it ended (tests/test_jobserver.py reads both), then removes it."""
+    import os
+    import shutil
+    import tempfile
+
+    tmpdir = Path(tempfile.mkdtemp(prefix="js-", dir="/tmp"))
+    try:
+        proc = run_snakemake(workdir, *args, "-p", configfile=configfile,
+                             env={**os.environ, "TMPDIR": str(tmpdir)})
+        return proc, sorted(p.name for p in tmpdir.iterdir())
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
 def job_counts(stdout: str) -> dict[str, int]:
     """The first 'Job stats' table of a dry run: rule -> number of jobs."""
     table = stdout.split("Job stats:", 1)[1].split("total", 1)[0]
