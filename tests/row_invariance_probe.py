@@ -64,14 +64,14 @@ def check_primitives() -> list[str]:
 def check_decodes() -> list[str]:
     """Two pairings an independent check found changing tokens in a batch: alone vs B = 3."""
     from .models import tiny_backbone
-    from .test_batching import check_invariant
+    from .test_batching import LAYERS, check_invariant
 
     bad = []
     for family, sampler, cache in (("dream", {"name": "dream"}, {"name": "dllm_cache"}),
                                    ("llada", {"name": "llada_confidence", "block_length": 8}, {"name": "none"}),
                                    ("dream", {"name": "eb_sampler", "block_length": 8}, {"name": "fast_dllm_dual"})):
         try:
-            check_invariant(tiny_backbone(family, seed=1), sampler, cache, sizes=(3,))
+            check_invariant(tiny_backbone(family, seed=1, n_layers=LAYERS), sampler, cache, sizes=(3,))
         except AssertionError as e:
             bad.append(f"{family} {sampler['name']} + {cache['name']} at B = 3: {str(e)[:200]}")
     return bad
