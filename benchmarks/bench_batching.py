@@ -173,17 +173,18 @@ def job_flops(model, method: dict, prompts, gen_len: int, artifacts=None) -> int
 
 
 def run(model, methods, prompts, gen_len, sizes, repeats, say=print, deadline=None,
-        floors: bool = True) -> dict:
+        floors: bool = True, peak_size: int = 1024) -> dict:
     """Every (method, size) timed ``repeats`` times, interleaved; returns per method the median
-    wall time per size, the ratio to the smallest size, throughput and identical fractions."""
+    wall time per size, the ratio to the smallest size, throughput and identical fractions
+    (with ``floors``, the compute floor against one ``peak_size``^3 matrix product's rate)."""
     artifacts = {}
     if any(m["cache"]["name"] == "spa" and m["cache"].get("identifier", "singular") == "singular"
            for m in methods):
         from dlmpipe.engine.proxies import proxies_from_model
         artifacts["proxies"] = proxies_from_model(model)
     if floors:
-        peak = gemm_peak(model.device, next(model.parameters()).dtype)
-        say(f"  arithmetic peak (one 1024^3 matrix product): {peak / 1e9:.1f} GFLOP/s")
+        peak = gemm_peak(model.device, next(model.parameters()).dtype, peak_size)
+        say(f"  arithmetic peak (one {peak_size}^3 matrix product): {peak / 1e9:.1f} GFLOP/s")
     results = {}
     for m in methods:
         if deadline is not None and time.monotonic() > deadline:
