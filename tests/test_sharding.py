@@ -240,34 +240,49 @@ METHODS = {"llada-confidence": {"sampler": {"name": "llada_confidence"}, "cache"
            "archer": {"sampler": {"name": "saber"}, "cache": {"name": "archer", "K": "inf"}}}
 
 
-def _rows(workdir: Path, method: str) -> list[dict]:
-    return pq.read_table(workdir / "results" / "generations" / "toy" / "toy_arith"
-                         / f"{method}.parquet").to_pylist()
+def _decode_in_process(snakemake, workdir: Path, target: str, config: Path, monkeypatch) -> None:
+    """The generate rule's own command for ``target`` under ``config`` (read from a dry run's
+    shell command), run in this process in ``workdir``: what that job decodes, without a
+    Snakemake run and a job server of its own."""
+    plan = snakemake(workdir, "--cores", "1", target, "-n", "-p", "--forcerun", "generate",
+                     configfile=config).stdout
+    shell = re.search(r"^Shell command: (.*)$", plan, re.M).group(1)
+    words = shlex.split(shell.split(" > ")[0])
+    start = words.index("python")
+    assert words[start:start + 4] == ["python", "-m", "dlmpipe", "generate"], shell
+    assert "--shard" not in words, shell
+    with monkeypatch.context() as patch:
+        for assignment in words[:start]:  # DLMPIPE_GPUS=...
+            patch.setenv(*assignment.split("=", 1))
+        patch.chdir(workdir)
+        assert main(words[start + 3:]) == 0
 
 
 def test_sharded_and_unsharded_runs_decode_the_same_tokens(tmp_path, warm_snakemake, toy_backbone,
-                                                           write_config):
+                                                           write_config, monkeypatch):
+    """A run in 3 shards; the unsharded job it is compared with is the generate rule's command at
+    ``shards: 1``, run in this process in the same workdir (the same prepared inputs)."""
     method = {"archer": METHODS["archer"]}
     target = "results/generations/toy/toy_arith/archer.parquet"
-
-    def run(shards: int) -> Path:
-        workdir = tmp_path / f"shards{shards}"
-        workdir.mkdir()
-        config = write_config(_campaign(toy_backbone, 7, 8, method, shards), tmp_path / f"c{shards}.yaml")
-        warm_snakemake(workdir, "--cores", "1", target, configfile=config)
-        return workdir
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        one, three = pool.map(run, (1, 3))
-    want, got = _rows(one, "archer"), _rows(three, "archer")
-    assert [r["sample_index"] for r in got] == list(range(7))
-    assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]
-    assert [r["completion"] for r in got] == [r["completion"] for r in want]
-    assert all(r["job_time_s"] > 0 and r["device"] for r in got)
+    three = tmp_path / "shards3"
+    three.mkdir()
+    config = write_config(_campaign(toy_backbone, 7, 8, method, 3), tmp_path / "c3.yaml")
+    warm_snakemake(three, "--cores", "1", target, configfile=config)
+    got = pq.read_table(three / target).to_pylist()
     shard_files = sorted((three / target).parent.glob("archer.shards/*.parquet"))
     assert [pq.read_table(f).num_rows for f in shard_files] == [2, 2, 3]
     provenance = json.loads((three / target).with_suffix(".provenance.json").read_text())
     assert [s["samples"] for s in provenance["shards"]] == [[0, 2], [2, 4], [4, 7]]
+
+    (three / target).unlink()
+    _decode_in_process(warm_snakemake, three, target,
+                       write_config(_campaign(toy_backbone, 7, 8, method, 1), tmp_path / "c1.yaml"),
+                       monkeypatch)
+    want = pq.read_table(three / target).to_pylist()
+    assert [r["sample_index"] for r in got] == list(range(7))
+    assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]
+    assert [r["completion"] for r in got] == [r["completion"] for r in want]
+    assert all(r["job_time_s"] > 0 and r["device"] for r in got)
 
 
 def _generate_pids(workdir: Path) -> list[int]:
@@ -345,16 +360,7 @@ def test_generate_job_killed_under_snakemake_resumes_without_loss_or_duplicates(
 
     # the same samples decoded in one go, without kills: the rule's own command, in this process
     out.rename(tmp_path / "resumed.parquet")
-    plan = snakemake("-n", "-p", "--forcerun", "generate", check=True).stdout
-    shell = re.search(r"^Shell command: (.*)$", plan, re.M).group(1)
-    words = shlex.split(shell.split(" > ")[0])
-    start = words.index("python")
-    assert words[start:start + 4] == ["python", "-m", "dlmpipe", "generate"], shell
-    for assignment in words[:start]:  # DLMPIPE_GPUS=...
-        monkeypatch.setenv(*assignment.split("=", 1))
-    args = words[start + 3:]
-    monkeypatch.chdir(workdir)
-    assert main(args) == 0
+    _decode_in_process(warm_snakemake, workdir, target, config, monkeypatch)
     want = pq.read_table(out).to_pylist()
     assert [r["token_ids"] for r in rows] == [r["token_ids"] for r in want]
     assert [r["task_id"] for r in rows] == [r["task_id"] for r in want]
