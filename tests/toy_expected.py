@@ -37,6 +37,7 @@ import json
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from .workflow import REPO
@@ -93,10 +94,35 @@ def run(root: Path, limit: int | None = None, methods: list[str] | None = None,
 
     campaign = default_campaign()
     out = {}
-    with nullcontext() if perturb is None else perturbed(NEAR_TIE["eps"], perturb):
+    with nullcontext() if perturb is None else perturbed(NEAR_TIE["eps"], perturb), scored_once():
         for backbone in backbones or shipped_backbones(campaign):
             out.update(_run(campaign, backbone, root, limit, methods))
     return out
+
+
+@contextmanager
+def scored_once():
+    """Inside the block, ``score_generations`` scores each distinct (task row, completion,
+    settings, isolation) once and reuses its verdict: many methods decode a sample alike (every
+    exact one as the reference), and a program's verdict is a function of those alone (its
+    sandbox runs it afresh), so the score files are those of scoring every row; the sandbox's
+    own behaviour is tests/test_scoring.py's and tests/test_sandbox.py's. Halves the toy run's
+    scoring."""
+    from dlmpipe.scoring import score
+
+    plain, verdicts = score.score_sample, {}
+
+    def once(task_row, completion, settings, iso=None):
+        key = (task_row["task_id"], completion, repr(settings), repr(iso))
+        if key not in verdicts:
+            verdicts[key] = plain(task_row, completion, settings, iso)
+        return dict(verdicts[key])
+
+    score.score_sample = once
+    try:
+        yield
+    finally:
+        score.score_sample = plain
 
 
 def near_ties(results: dict[str, dict], perturbed_runs: list[dict[str, dict]]) -> None:
