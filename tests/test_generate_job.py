@@ -164,10 +164,12 @@ def test_batch_size_with_a_compile_mode_is_refused(job_inputs, capsys):
     assert not out.exists() and not out.with_name(out.name + ".journal.jsonl").exists()
 
 
-def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs, batch_one):
+def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs, batch_one, capfd):
     """Killed mid-job at batch size 4 and resumed at 1: only what is left is decoded (batch
     size is not part of the journal's identity), every sample once, the tokens of the job run
-    through at batch size 1 (``batch_one``)."""
+    through at batch size 1 (``batch_one``). The killed job is a process of its own; the resumed
+    one runs in this process (the command's parser and job function, reading the journal the
+    killed process left)."""
     root, env = job_inputs
     ref = batch_one(METHOD)
     out = root / "killed.parquet"
@@ -184,9 +186,10 @@ def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs, ba
     done_before = journal.read_text().count("\n") - 1
     assert 3 <= done_before < 16, "the kill should land mid-job"
     assert not out.exists(), "no output may exist after a killed job"
-    resumed = subprocess.run(_cmd(root, out, batch_size=1), check=True, env=env, capture_output=True,
-                             text=True)
-    assert f"decoding {16 - done_before}" in resumed.stdout + resumed.stderr
+    capfd.readouterr()
+    in_process(_cmd(root, out, batch_size=1))
+    resumed = capfd.readouterr()
+    assert f"decoding {16 - done_before}" in resumed.out + resumed.err
     got, want = pq.read_table(out).to_pylist(), pq.read_table(ref).to_pylist()
     assert [r["sample_index"] for r in got] == list(range(16))
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]
