@@ -22,8 +22,7 @@ import yaml
 
 from dlmpipe.campaign import Campaign
 
-from .workflow import (CONFIGS, REPO, group_jobs, job_blocks, run_snakemake,
-                       submissions)
+from .workflow import CONFIGS, REPO, group_jobs, job_blocks, submissions
 
 PROFILE = REPO / "profiles" / "slurm"
 SCRIPT = REPO / "scripts" / "slurm-local.sh"
@@ -238,20 +237,21 @@ def link_profile(env: dict) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_setup_makes_profile_slurm_dlmpipes(tmp_path):
+def test_setup_makes_profile_slurm_dlmpipes(tmp_path, monkeypatch, warm_snakemake):
     env = profile_dirs(tmp_path)
     first, again = link_profile(env), link_profile(env)  # idempotent
     link = tmp_path / "user" / "snakemake" / "slurm"
     assert link.is_symlink() and link.resolve() == PROFILE.resolve()
     assert "linked" in first.stdout and "uses dlmpipe's profile" in again.stdout
     # `--profile slurm` verbatim, from any working directory: dlmpipe's profile and its settings
+    # (forked from the warm Snakemake in this environment: Snakemake looks for profiles, and the
+    # profile reads its settings, when the command runs)
     workdir = tmp_path / "work"
     workdir.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-n",
-                           "--profile", "slurm", "--configfile", str(CONFIGS / "tiny.yaml")],
-                          cwd=workdir, env={**env, "DLMPIPE_SLURM_PARTITION": "cpuq"},
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("XDG_CONFIG_HOME", "XDG_CONFIG_DIRS"):
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.setenv("DLMPIPE_SLURM_PARTITION", "cpuq")
+    proc = warm_snakemake(workdir, "-n", "--profile", "slurm", configfile=CONFIGS / "tiny.yaml")
     # "Using profiles slurm and workflow specific profile .../profiles/default" (files.py)
     assert re.search(r"Using profiles? slurm\b", proc.stdout + proc.stderr)
     jobs = [r for rule, r in job_resources(proc.stdout) if rule == "generate"]
@@ -348,15 +348,17 @@ def test_without_slurm_the_verbatim_profile_slurm_is_found_and_stops(tmp_path):
     assert not re.search(r"^(local)?rule \w+:", proc.stdout, re.M)
 
 
-def test_without_slurm_a_dry_run_plans_and_warns(tmp_path):
-    proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), configfile=CONFIGS / "tiny.yaml",
-                         env=without_slurm(tmp_path))
+def test_without_slurm_a_dry_run_plans_and_warns(tmp_path, monkeypatch, warm_snakemake):
+    # forked from the warm Snakemake with this PATH (the pre-flight looks SLURM's commands up
+    # when the command runs: dlmpipe/preflight.py)
+    monkeypatch.setenv("PATH", without_slurm(tmp_path)["PATH"])
+    proc = warm_snakemake(tmp_path, "-n", "--profile", str(PROFILE), configfile=CONFIGS / "tiny.yaml")
     out = proc.stdout + proc.stderr
     assert "are not on PATH" in out and "A run stops here, before any job; this dry run only plans." in out
     assert "generate" in job_resources_rules(proc.stdout) and not (tmp_path / "results").exists()
 
 
-def test_with_slurms_commands_on_path_there_is_no_preflight_message(tmp_path):
+def test_with_slurms_commands_on_path_there_is_no_preflight_message(tmp_path, monkeypatch, warm_snakemake):
     from dlmpipe.preflight import SLURM_COMMANDS
 
     env = without_slurm(tmp_path)
@@ -365,9 +367,8 @@ def test_with_slurms_commands_on_path_there_is_no_preflight_message(tmp_path):
     for command in SLURM_COMMANDS:  # never run by a dry run
         (fake / command).write_text("#!/bin/sh\nexit 1\n")
         (fake / command).chmod(0o755)
-    env["PATH"] = os.pathsep.join([str(fake), env["PATH"]])
-    proc = run_snakemake(tmp_path, "-n", "--profile", str(PROFILE), configfile=CONFIGS / "tiny.yaml",
-                         env=env)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(fake), env["PATH"]]))  # as the test above
+    proc = warm_snakemake(tmp_path, "-n", "--profile", str(PROFILE), configfile=CONFIGS / "tiny.yaml")
     assert "SLURM pre-flight" not in proc.stdout + proc.stderr
     assert "generate" in job_resources_rules(proc.stdout)
 
