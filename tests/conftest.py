@@ -155,10 +155,22 @@ def write_config():
 
 @pytest.fixture(scope="session")
 def toy_checkpoint(tmp_path_factory) -> Path:
-    """The toy backbone trained briefly (40 steps), saved in LLaDA's format; once per session."""
+    """The toy backbone trained briefly (40 steps), saved in LLaDA's format; once per session:
+    under pytest-xdist the first worker that asks trains it while the others wait on a file lock
+    (as ``finished_run``), then all read it (~5 s of CPU a worker saved; tests never write in a
+    checkpoint's directory)."""
+    from filelock import FileLock
+
     from .models import toy_checkpoint_dir
 
-    return toy_checkpoint_dir(tmp_path_factory.mktemp("toy"))
+    root = shared_between_workers(tmp_path_factory) / "toy-checkpoint"
+    done = root.with_name(root.name + ".done")
+    with FileLock(str(root) + ".lock"):
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            path = toy_checkpoint_dir(root)
+            done.write_text(path.name)
+    return root / done.read_text()
 
 
 @pytest.fixture(scope="session")
