@@ -109,7 +109,10 @@ def test_captured_steps_decode_the_eager_tokens(cpu_capture, family):
 def test_torch_compile_decodes_the_eager_tokens():
     """Inductor on the CPU (tens of seconds to compile): Dream's GQA and shifted logits, Archer's
     cached forward and LLaDA confidence's scoring compiled. Fused kernels may round otherwise,
-    which may move a near tie; this tiny model has none."""
+    which may move a near tie; this tiny model has none. Its cost is Inductor's C++ compiler,
+    about a CPU second per fused kernel: 4 per layer and 4 more (12 at 2 layers; the second
+    sample, of the same length, compiles none). 2 layers are the fewest where a layer reads
+    another's output and keeps its K/V apart from the first layer's (one layer cannot check it)."""
     model = tiny_backbone("dream", seed=3, n_layers=2)
     s, c = build_method({"sampler": LLADA, "cache": ARCHER_INF}, model, compile="torch_compile")
     for i, p_len in enumerate((7, 7)):
