@@ -122,10 +122,10 @@ def method_change() -> dict:
 
 
 @pytest.fixture(scope="module")
-def reruns(finished, tmp_path_factory) -> dict[str, set[tuple]]:
+def reruns(finished, tmp_path_factory, warm_snakemake) -> dict[str, set[tuple]]:
     """What each change (CHANGES, and ``method-param``: ``method_change``) schedules on its
     finished run: every dry run at once, each its own Snakemake process (tests/workflow.py's
-    ``dry_runs``: forked from one interpreter that imported Snakemake once)."""
+    ``dry_runs``: forked from the session's warm Snakemake, conftest's ``warm_snakemake``)."""
     configs = tmp_path_factory.mktemp("changed-configs")
     runs = {}
     for name, (run, change, _) in CHANGES.items():
@@ -134,7 +134,8 @@ def reruns(finished, tmp_path_factory) -> dict[str, set[tuple]]:
     runs["method-param"] = (finished["analysed"], method_change())
     for name, (_, config) in runs.items():
         (configs / f"{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    procs = dry_runs([(workdir, configs / f"{name}.yaml") for name, (workdir, _) in runs.items()])
+    procs = dry_runs([(workdir, configs / f"{name}.yaml") for name, (workdir, _) in runs.items()],
+                     snakemake=warm_snakemake)
     return {name: scheduled(proc.stdout) for name, proc in zip(runs, procs)}
 
 
@@ -154,7 +155,7 @@ def test_a_method_change_reruns_its_analyses_too(reruns):
 
 # ---- a real run ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def analysed_run(tmp_path_factory, snakemake, finished_run) -> Path:
+def analysed_run(tmp_path_factory, warm_snakemake, finished_run) -> Path:
     """A real run of the tiny campaign with every analysis (its config: config.yaml there): a
     copy of the session's finished run of the campaign (conftest's ``finished_run``) with the
     analyses added, so only the analysis jobs run, and none of the campaign's own jobs again
@@ -172,7 +173,7 @@ def analysed_run(tmp_path_factory, snakemake, finished_run) -> Path:
         workdir.mkdir()
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(with_analyses(ANALYSES), sort_keys=False))
-    log = snakemake(workdir, "--cores", "2", configfile=path)
+    log = warm_snakemake(workdir, "--cores", "2", configfile=path)
     if real:  # adding analyses reruns nothing of the campaign (the DAG tests above, for real)
         ran = set(re.findall(r"^(?:local)?rule (\w+):", log.stdout + log.stderr, re.M))
         assert ran and not ran & {"train_toy", "prepare_task", "generate", "score", "time_method"}, ran
@@ -180,11 +181,11 @@ def analysed_run(tmp_path_factory, snakemake, finished_run) -> Path:
 
 
 @pytest.fixture(scope="module")
-def analysed_report(analysed_run, snakemake, tmp_path_factory) -> Path:
+def analysed_report(analysed_run, warm_snakemake, tmp_path_factory) -> Path:
     """``snakemake --report`` of the real run with every analysis, made once for the two tests
     that read it."""
     report = tmp_path_factory.mktemp("analysed-report") / "report.html"
-    snakemake(analysed_run, "--report", str(report), configfile=analysed_run / "config.yaml")
+    warm_snakemake(analysed_run, "--report", str(report), configfile=analysed_run / "config.yaml")
     return report
 
 
