@@ -33,19 +33,33 @@ def gsm8k():
 
 
 @pytest.fixture(scope="module")
+def gsm8k_rows(gsm8k) -> list[dict]:
+    """The first three task rows of zero-shot GSM8K (``load_lm_eval`` builds every doc's
+    request: ~1 s), for the tests that read them."""
+    from dlmpipe.lmeval.campaign import load_lm_eval
+
+    return load_lm_eval("gsm8k", num_fewshot=0, **gsm8k)[:3]
+
+
+@pytest.fixture(scope="module")
 def date_understanding():
     return {"dataset_kwargs": {"data_files": {"test": str(_data("bbh") / "date_understanding.json")},
                                "field": "examples"}}
 
 
 def _evaluate(model, task, limit: int, **kwargs) -> dict:
-    """lm-eval's own evaluation of ``task`` (a Task object) with per-sample logs."""
+    """lm-eval's own evaluation of ``task`` (a Task object) with per-sample logs. Without the
+    environment report lm-eval adds to its results (``add_env_info``: torch's collect_env,
+    git; ~0.4 s of CPU a call), which these tests never read; the command's test keeps it."""
+    from unittest import mock
+
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     # an empty task index: the Task is given (lm-eval would index its 14,000 tasks, ~25 s)
-    return simple_evaluate(model=model, tasks=[task], limit=limit, log_samples=True,
-                           task_manager=TaskManager(include_defaults=False), **kwargs)
+    with mock.patch("lm_eval.evaluator.add_env_info", lambda results: None):
+        return simple_evaluate(model=model, tasks=[task], limit=limit, log_samples=True,
+                               task_manager=TaskManager(include_defaults=False), **kwargs)
 
 
 def _lm_eval_verdicts(results: dict, task: str) -> dict[int, dict[str, float]]:
@@ -142,15 +156,14 @@ def test_a_multiple_choice_set_both_verdicts_and_where_they_differ(date_understa
     assert verdicts[1]["extraction_rule"] == "answer is" and verdicts[1]["extracted"] == "A"
 
 
-def test_dlmpipe_methods_as_lm_eval_models_on_local_gsm8k(gsm8k):
+def test_dlmpipe_methods_as_lm_eval_models_on_local_gsm8k(gsm8k, gsm8k_rows):
     """simple_evaluate(model=DlmpipeLM(...)) with two methods of config.yaml on the shipped toy:
     lm-eval's results, the speed beside them, and the completions it decoded judged by dlmpipe's
     score stage exactly as lm-eval judged them."""
-    from dlmpipe.lmeval.campaign import load_lm_eval
     from dlmpipe.lmeval.model import DlmpipeLM, speed_table
     from dlmpipe.lmeval.tasks import load_task
 
-    rows = load_lm_eval("gsm8k", num_fewshot=0, **gsm8k)[:3]
+    rows = gsm8k_rows
     for method, batch in (("llada-confidence", 1), ("fast-dllm-dual", 3)):
         lm = DlmpipeLM(checkpoint="shipped:toy", method=method, config=str(REPO / "config.yaml"),
                        gen_length=32, batch_size=batch, device="cpu")
@@ -298,12 +311,14 @@ def test_a_missing_local_data_file_stops_the_campaign_before_any_job(tmp_path):
         Campaign(config)
 
 
-def test_the_score_stages_lm_eval_verdicts_import_no_torch(gsm8k):
-    """The score stage never imports torch (docs/SCORING.md): nor do lm-eval's verdicts."""
+def test_the_score_stages_lm_eval_verdicts_import_no_torch(gsm8k_rows):
+    """The score stage never imports torch (docs/SCORING.md): nor do lm-eval's verdicts. Their
+    process gets the task rows as the score job does, made elsewhere (by the prepare-task job
+    there; here by this process)."""
     code = f"""
 import sys
-from dlmpipe.lmeval.campaign import lm_eval_verdicts, load_lm_eval
-rows = load_lm_eval("gsm8k", num_fewshot=0, **{gsm8k!r})[:2]
+from dlmpipe.lmeval.campaign import lm_eval_verdicts
+rows = {gsm8k_rows[:2]!r}
 verdicts = lm_eval_verdicts(rows, ["#### 18", "3"])
 print([v["lm_eval_score"] for v in verdicts], "torch" in sys.modules)
 """
