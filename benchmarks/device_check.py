@@ -46,11 +46,12 @@ checks and measures every GPU path and prints one report (also written to
    most 3x from 32 rows), with the matrix rate and copy bandwidth measured in the same run.
 
 Without a GPU the same command runs the CPU-sized version of each part (small shapes, one model
-family where the part loops over both, a subset of the exactness table, each sampler and each
-cache once in the host-sync part, a one-method campaign up to its summary; CUDA graphs replaced by
-tests/host_sync.py's replay stand-in, host syncs counted by the same file's counter; no memory
-peak, no torch.compile part), which tests/test_device_check.py runs,
-so the script is known to work before GPU time is spent; its timings say nothing about a GPU.
+family where the part loops over both, a subset of the exactness table, in part 3 the samplers
+tests/test_graphs.py does not capture, each sampler and each cache once in the host-sync part,
+a one-method campaign up to its summary; CUDA graphs replaced by tests/host_sync.py's replay
+stand-in, host syncs counted by the same file's counter; no memory peak, no torch.compile
+part), which tests/test_device_check.py runs, so the script is known to work before GPU time
+is spent; its timings say nothing about a GPU.
 Exit status 1 when any check fails.
 
     python benchmarks/device_check.py [--out DIR] [--device auto|cuda|cpu] [--parts ...]

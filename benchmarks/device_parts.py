@@ -91,6 +91,8 @@ def compiled_steps(ck) -> None:
                 {"name": "llada_confidence", "temperature": 1.0},
                 {"name": "certainty_prior", "block_length": 8, "confidence": "topk_margin"},
                 {"name": "pc_sampler", "temperature": 1.0}]
+    if not ck.gpu:  # CPU-sized: the samplers tests/test_graphs.py's stand-in tests do not decode
+        samplers = samplers[3:]
     changes = 1 + sum(a != b for a, b in zip(LENGTHS, LENGTHS[1:]))
     for family in families(ck):
         model = tiny_backbone(family, seed=3, n_layers=4 if ck.gpu else 2).to(ck.device)
