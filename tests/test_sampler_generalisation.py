@@ -7,6 +7,8 @@ row to ``GENERALISES``; ``test_every_other_sampler_has_a_row`` fails until it do
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -90,15 +92,29 @@ GENERALISES: dict[str, tuple[dict, dict, dict]] = {
 }
 
 
+#: the references' decodes, shared by the rows that generalise the same sampler setting (a
+#: seeded decode gives the same bits each time): (family, seed, reference, cache, p_len) -> result
+_REFERENCES: dict = {}
+
+
+def _reference(model, family: str, seed: int, reference: dict, cache: dict, prompt):
+    key = (family, seed, json.dumps([reference, cache], sort_keys=True), prompt.numel())
+    if key not in _REFERENCES:
+        _REFERENCES[key] = decode_method(model, reference, cache, prompt, seed=seed)
+    return _REFERENCES[key]
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", list(GENERALISES))
 def test_degenerate_sampler_equals_the_sampler_it_generalises(family, name):
     sampler, reference, cache = GENERALISES[name]
     for seed in (0, 1, 2):
-        model = tiny_backbone(family, seed=seed, n_layers=3)
+        # (the rows are rules on logits: 2 layers give the same variety as 3, e.g. WINO's row's
+        # steps of one, several and a whole block)
+        model = tiny_backbone(family, seed=seed, n_layers=2)
         for p_len in (5, 24):
             prompt = random_prompt(p_len, seed)
-            ref = decode_method(model, reference, cache, prompt, seed=seed)
+            ref = _reference(model, family, seed, reference, cache, prompt)
             got = decode_method(model, sampler, cache, prompt, seed=seed)
             assert torch.equal(got.response, ref.response), (seed, p_len)
             assert got.stats["steps"] == ref.stats["steps"], (seed, p_len)
