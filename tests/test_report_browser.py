@@ -46,9 +46,9 @@ def summary(finished_run) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def walked(finished_run, summary, snakemake, tmp_path_factory) -> dict:
+def walked(finished_run, summary, warm_snakemake, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("report-browser")
-    snakemake(finished_run, "--report", str(root / "report.html"), configfile=TINY)
+    warm_snakemake(finished_run, "--report", str(root / "report.html"), configfile=TINY)
     shots = os.environ.get("DLMPIPE_REPORT_SCREENSHOTS")
     return walk_report(root / "report.html", root / "downloads",
                        Path(shots) if shots else None, binary=CHROMIUM)
