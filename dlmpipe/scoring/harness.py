@@ -1,7 +1,8 @@
 """The trusted driver that runs inside the sandbox: one candidate program, its test suites.
 
-The host never imports this module: ``sandbox.py`` reads its source and runs it as
-``python -I -B -c <source> <signal_fd>`` inside the sandbox, with the job on stdin (marshal
+The host never imports this module: ``sandbox.py`` reads its source, has the sandbox's
+interpreter compile it once per process, and runs it as ``python -I -B -c <DRIVER_BOOT>
+<signal_fd>`` inside the sandbox, its bytecode first on stdin, then the job (marshal
 format 4: a per-run random ``token``, the ``program``, the ``suites`` with their tuples, sets
 and complex numbers, and the resource ``limits``). It uses the standard library only and runs on
 any Python >= 3.8, because the sandboxed interpreter is the system's, not the project's. It
