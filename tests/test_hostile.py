@@ -113,6 +113,15 @@ CASES = {
 # it (64 MiB). They run beside the two-at-a-time pair (_inner), not in it.
 WAITING = {"sleep_ignoring_alarm", "flood_stdout_python", "flood_fd1", "flood_fd2"}
 
+# Cases that run until a time limit ends them, spinning (loops, fork bombs, writes into the
+# driver's capped stdout) or sleeping: they get 0.5 s limits (the driver's timer, as in
+# test_sandbox.py's time-limit tests; the wall-clock backstop then 6 s), the others 3 s, so a
+# short-lived case never fails for want of CPU beside a spinning one. A limit ends each either
+# way; the CPU they burn, and the wall time, is what the length changes (3 s: a level's tests
+# took 12-15 CPU s).
+TIMED = {"infinite_loop", "infinite_loop_at_import", "fork_bomb", "fork_bomb_setsid",
+         "flood_stdout_python", "sleep_ignoring_alarm"}
+
 # The process level with Landlock and seccomp contains everything bwrap does but filling the
 # scratch directory, which lies on the host's disk (each file capped, not the total). Signals are
 # scoped to the sandbox from Landlock ABI 6 on; below that kill(-1) reaches the sandbox uid's
@@ -344,8 +353,11 @@ def _inner(cases: list[str]) -> dict:
         sentinels.append(subprocess.Popen(["sleep", "1000"], user=65534, group=65534,
                                           extra_groups=[]))
 
-    settings = Settings(time_limit=3.0, load_time_limit=3.0, min_input_time=1.0,
-                        limits=Limits(memory_mb=1024, scratch_mb=32, file_mb=16))
+    # 256 MB: the memory bomb's MemoryError after 256 MB of page faults, not 1 GB (it took
+    # ~3 s, at times past its time limit)
+    limits = Limits(memory_mb=256, scratch_mb=32, file_mb=16)
+    settings = Settings(time_limit=3.0, load_time_limit=3.0, min_input_time=1.0, limits=limits)
+    timed = Settings(time_limit=0.5, load_time_limit=0.5, min_input_time=1.0, limits=limits)
     row = {"task_id": "hostile/0", "kind": "code", "entry_point": "add", "code_prefix": "",
            "response_prefix": "", "test": TEST}
 
@@ -355,7 +367,8 @@ def _inner(cases: list[str]) -> dict:
                            ("SECRET_NAME", secret_name), ("SECRET_VALUE", "sv")):
             program = program.replace(key, value)
         start = time.monotonic()
-        result = run_code(row, program_of(row, "```python\n" + program + "```"), settings, iso)
+        result = run_code(row, program_of(row, "```python\n" + program + "```"),
+                          timed if name in TIMED else settings, iso)
         v = verdict(result)
         text = result.stdout + result.stderr + v["detail"]
         return name, {"status": v["status"], "detail": v["detail"][:200],
@@ -364,8 +377,8 @@ def _inner(cases: list[str]) -> dict:
 
     # Two at a time, as in a scoring job; beside the pair, each in a thread of its own, the
     # cases that wait rather than compute (WAITING): with them in the pair, the sleeper held one
-    # of its two places for the whole wall-clock backstop (11 s of a level's 19). Each still runs
-    # in its own sandbox under the same limits, with its own result and checks.
+    # of its two places for the whole wall-clock backstop (then 11 s of a level's 19). Each still
+    # runs in its own sandbox under its limits, with its own result and checks.
     waiting = [c for c in cases if c in WAITING]
     with ThreadPoolExecutor(max(len(waiting), 1)) as side, ThreadPoolExecutor(2) as pool:
         beside = [side.submit(run, name) for name in waiting]
