@@ -76,7 +76,8 @@ SDAR_CASES = {
 def test_sdar_method_is_the_released_generate_loop(case):
     c = {"steps": 4, "released": False, **SDAR_CASES[case]}
     for seed in (0, 1):
-        model = tiny_backbone("sdar", seed=seed, n_layers=3, stop_ids=[])
+        # (2 layers: the loops' rules act on the logits; a later layer over layer 0's prefix K/V)
+        model = tiny_backbone("sdar", seed=seed, n_layers=2, stop_ids=[])
         for p_len in (4, 6, 11):
             prompt = random_prompt(p_len, seed)
             ref = sdar_release(model, prompt, 16, steps=c["steps"], remasking=c["remasking"],
@@ -97,7 +98,8 @@ def test_fast_dllm_v2_method_is_the_released_batch_sample_loop(cache):
     sub-block cache the loop with it (``use_block_cache=True``: the release's own approximation,
     its cached forward restated in tests/test_release_traces.py)."""
     for seed in (0, 1, 2):
-        model = tiny_backbone("fast_dllm_v2", seed=seed, n_layers=3, stop_ids=[])
+        # (2 layers: the block cache's K/V at layer 0 and at a later one)
+        model = tiny_backbone("fast_dllm_v2", seed=seed, n_layers=2, stop_ids=[])
         for p_len in (5, 16, 21):
             prompt = random_prompt(p_len, seed)
             _, ref = fast_dllm_v2_release(model, prompt, 24, sub=4, threshold=0.3,
