@@ -76,8 +76,13 @@ def test_generated_length_counts_the_tokens_before_the_first_stop_or_pad():
 
 
 def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
+    """The job's rows and provenance; it starts beside a journal of other parameters (the
+    steps), which it discards: every sample decoded anew, none taken from that journal."""
     root, env = job_inputs
     out = root / "ref.parquet"
+    other = {**METHOD, "sampler": {**METHOD["sampler"], "steps": 8}}
+    (root / "ref.parquet.journal.jsonl").write_text(json.dumps({"identity": {"method": other}}) + "\n"
+                                                    + json.dumps({"sample_index": 0, "token_ids": [1]}) + "\n")
     subprocess.run(_cmd(root, out), check=True, env=env, capture_output=True)
     rows = pq.read_table(out).to_pylist()
     assert [r["sample_index"] for r in rows] == list(range(16))
@@ -85,7 +90,7 @@ def test_generation_rows_and_provenance(job_inputs, toy_checkpoint):
     stops = loaded.model.cfg.stop_ids + [loaded.model.cfg.pad_id]
     tasks = read_task_table(str(root / "toy_code.parquet"))
     for r in rows:
-        assert len(r["token_ids"]) == 16
+        assert len(r["token_ids"]) == 16  # sample 0's too: not the journal's [1]
         assert r["steps"] == r["nfe"] == 16 and r["cached_forwards"] == 0
         assert r["job_time_s"] > 0 and r["device"].startswith("cpu")
         assert json.loads(r["params"])["sampler"]["block_length"] == 8
@@ -194,18 +199,6 @@ def test_killed_job_resumes_without_losing_or_duplicating_samples(job_inputs, ba
     assert [r["sample_index"] for r in got] == list(range(16))
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]
     assert sum(r["batch_size"] == 4 for r in got) == done_before
-
-
-def test_journal_of_other_parameters_is_discarded(job_inputs):
-    root, env = job_inputs
-    out = root / "other.parquet"
-    journal = root / "other.parquet.journal.jsonl"
-    other = {**METHOD, "sampler": {**METHOD["sampler"], "steps": 8}}
-    journal.write_text(json.dumps({"identity": {"method": other}}) + "\n"
-                       + json.dumps({"sample_index": 0, "token_ids": [1]}) + "\n")
-    in_process(_cmd(root, out))  # the command's parser and job function
-    rows = pq.read_table(out).to_pylist()
-    assert len(rows) == 16 and len(rows[0]["token_ids"]) == 16
 
 
 def test_shards_are_disjoint_and_cover_all_samples():

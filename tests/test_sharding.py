@@ -124,7 +124,10 @@ def test_merge_refuses_bad_shards_and_writes_nothing(tmp_path, case, match):
     assert not out.exists() and not (tmp_path / "p.json").exists()
 
 
-def test_merge_command_reports_errors_and_never_imports_torch(tmp_path):
+def test_merge_command_reports_errors_and_never_imports_torch(tmp_path, capsys):
+    """The refusal runs in this process (the command's parser, job function and error handling:
+    ``python -m dlmpipe`` exits with ``main``'s status); the merge runs in a process where
+    importing torch fails."""
     task = _task_file(tmp_path, 4)
     f0, p0 = _shard(tmp_path, "s0", [0, 1])
     f1, p1 = _shard(tmp_path, "s1", [2])
@@ -134,9 +137,10 @@ def test_merge_command_reports_errors_and_never_imports_torch(tmp_path):
     code = ("import sys; sys.modules['torch'] = None\n"  # any `import torch` now fails
             f"from dlmpipe.cli import main\nsys.exit(main({args!r}))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "dlmpipe", *args], env=env, capture_output=True,
-                          text=True)
-    assert proc.returncode == 2 and "lacks sample(s) [3]" in proc.stderr, proc.stderr
+    capsys.readouterr()
+    code_in_process = main(args)
+    err = capsys.readouterr().err
+    assert code_in_process == 2 and "lacks sample(s) [3]" in err, err
     assert not (tmp_path / "o.parquet").exists()
     _shard(tmp_path, "s1", [2, 3])
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
