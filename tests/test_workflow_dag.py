@@ -1,7 +1,10 @@
-"""The workflow's DAG: job counts per rule follow the config, and after a finished run a config
-change schedules exactly the jobs it affects (params rerun trigger, PyPSA-Eur style).
+"""The workflow's DAG: what the planned jobs run with, and after a finished run a config change
+schedules exactly the jobs it affects (params rerun trigger, PyPSA-Eur style).
 
 The finished run is conftest's ``finished_run`` (real, or faked with ``DLMPIPE_DAG_TOUCH=1``).
+Job counts per rule against the config (``expected_counts``) and a clean ``--lint``, on the
+default campaign and the tiny one: tests/test_snakemake_commands.py's dry-run, --dag and --lint
+tests.
 """
 from __future__ import annotations
 
@@ -14,24 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlmpipe.campaign import Campaign
-
-from .workflow import (CONFIGS, REPO, REPORT_JOBS, decoding_jobs, expected_counts, job_blocks, job_counts,
-                       scheduled, timing_jobs)
-
-
-def test_lint_passes(warm_snakemake):
-    proc = warm_snakemake(REPO, "--lint")
-    assert "Congratulations, your workflow is in a good condition" in proc.stdout + proc.stderr
-
-
-@pytest.mark.parametrize("config", [REPO / "config.yaml", CONFIGS / "tiny.yaml"],
-                         ids=["default", "tiny"])
-def test_job_counts_follow_the_config(tmp_path, warm_snakemake, config):
-    proc = warm_snakemake(tmp_path, "-n", "--quiet", "rules", configfile=config)
-    counts = job_counts(proc.stdout)
-    campaign = Campaign(yaml.safe_load(config.read_text()))
-    assert {k: v for k, v in counts.items() if v} == expected_counts(campaign)
+from .workflow import CONFIGS, REPORT_JOBS, decoding_jobs, job_blocks, scheduled, timing_jobs
 
 
 def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, warm_snakemake):
