@@ -3,8 +3,9 @@ decoding statistics it gets alone, for every sampler x cache the registry allows
 of each attention pattern; ``pairings_for``), with prompts of different lengths and more samples than slots (continuous batching).
 
 The reference is the plain batch-1 ``decode``; the batched runs use B = 2 slots over 3 samples
-on the full-attention families and B = 3 over 4 on the block-causal ones (every pairing;
-``small_run``) and B = 8 slots over 10 (every cache, on one family of each attention pattern).
+on the full-attention families and B = 3 over 4 on the block-causal ones, with G = 16 and 8
+(every pairing; ``small_run``), and B = 8 slots over 10 (every cache, on one family of each
+attention pattern).
 The models have ``LAYERS`` = 2 layers (below: why two show what more would).
 Every step's logits are compared bit for bit, not only the final tokens and statistics: a
 rounding difference is caught at the step where it starts, not only when it flips a token.
@@ -116,22 +117,26 @@ def check_invariant(model, sampler: dict, cache: dict, sizes=(3,), n_samples: in
     check_bitwise_invariant(model, {"sampler": sampler, "cache": cache}, prompts(n_samples), GEN, sizes)
 
 
-def small_run(model) -> tuple[int, int]:
-    """(slots, samples) of a pairing's small batched run. Full attention: 2 slots over 3 samples
-    of 3 prompt lengths, enough for every shared call to hold ragged rows of two samples and for
-    a sample to join the slot another left; block-causal: 3 over FEW_SAMPLES, whose 4 prompt
-    lengths end the prompt at every offset of a tiny SDAR block of 4. Measured: with the
-    fixed-shape calls removed (rowwise.exact_path False) LLaDA's and Dream's matrices fail in the
-    same pairings at 2 over 3 as at 3 over 4 (52 of 118, 3 of 22), at three quarters of the cost."""
-    return (3, FEW_SAMPLES) if model.cfg.block_size else (2, 3)
+def small_run(model) -> tuple[int, int, int]:
+    """(slots, samples, response length) of a pairing's small batched run. Full attention: 2
+    slots over 3 samples of 3 prompt lengths, enough for every shared call to hold ragged rows of
+    two samples and for a sample to join the slot another left, G = GEN. Block-causal: 3 over
+    FEW_SAMPLES, whose 4 prompt lengths end the prompt at every offset of a tiny SDAR block of 4,
+    and G = 8: each active block is a response of its own (dlmpipe/blockwise.py), and 8 positions
+    give every sample 2 or 3 of them (SDAR's blocks of 4; Fast-dLLM v2's of 8: 2), so slots cross
+    block boundaries at different steps. Measured: with the fixed-shape calls removed
+    (rowwise.exact_path False) LLaDA's and Dream's matrices fail in the same pairings at 2 over 3
+    as at 3 over 4 (52 of 118, 3 of 22), at three quarters of the cost; SDAR's, in all 148
+    pairings at G = 8 as at 16, at half the cost."""
+    return (3, FEW_SAMPLES, 8) if model.cfg.block_size else (2, 3, GEN)
 
 
 def check_small(model, sampler: dict, cache: dict, wide: bool = False) -> None:
     """``check_invariant`` at ``small_run``'s size, and with ``wide`` at B = 8 over N_SAMPLES too
     (the small run over the first of them)."""
-    b, n = small_run(model)
+    b, n, gen = small_run(model)
     check_bitwise_invariant(model, {"sampler": sampler, "cache": cache}, prompts(N_SAMPLES if wide else n),
-                            GEN, (b, 8) if wide else (b,), {b: n})
+                            gen, (b, 8) if wide else (b,), {b: n})
 
 
 @pytest.mark.parametrize("family,sampler", FAMILY_SAMPLERS)
@@ -149,7 +154,7 @@ def test_every_allowed_pairing_is_batch_invariant(family, sampler):
     pairs = pairings_for(family, sampler)
     assert pairs
     wide = family in FULL_MATRIX_FAMILIES and sampler == "llada_confidence"
-    b, n = small_run(model)
+    b, n, _ = small_run(model)
     assert n > b and N_SAMPLES > 8  # samples join the slots others leave (continuous batching)
     for s, c in pairs:
         check_small(model, s, c, wide)
