@@ -38,7 +38,7 @@ GEN = 16
 #: layer is a call the slots share, so a row whose bits depended on its call would differ at
 #: layer 0 already. Measured: with the fixed-shape calls removed (rowwise.exact_path False) the
 #: same pairings fail at 2 layers as at 3 (LLaDA/Dream/SDAR under LLaDA confidence: 4/10, 3/10,
-#: 11/11), at two thirds of the cost
+#: 11/11, at B = 3 over 4, G = 16), at two thirds of the cost
 LAYERS = 2
 #: samples of the B = 8 runs; every pairing's small run (``small_run``) decodes the first 3 or
 #: FEW_SAMPLES of them
