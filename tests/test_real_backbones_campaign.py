@@ -96,9 +96,12 @@ def test_every_papers_benchmark_in_a_tiny_campaign(tmp_path, warm_snakemake, wri
                "bbh/word_sorting/0"]
     g = 8
     tasks = {
-        "bbh": {"gen_length": g, "source": _shared("bbh"), "ids": bbh_ids},
+        # one exemplar each (the loaders' default 3- and 5-shot prompts: test_answer_benchmarks.py),
+        # still read through the campaign's option and MMLU-Pro's fewshot_source; BBH's prompts were
+        # 1,200-2,100 tokens, MMLU-Pro's ~1,000, the longest of the campaign
+        "bbh": {"gen_length": g, "source": _shared("bbh"), "ids": bbh_ids, "fewshot": 1},
         "gpqa_main": {"gen_length": g, "source": str(FIXTURES / "gpqa_main.csv")},
-        "mmlu_pro": {"gen_length": g, "source": str(FIXTURES / "mmlu_pro_test.jsonl"),
+        "mmlu_pro": {"gen_length": g, "source": str(FIXTURES / "mmlu_pro_test.jsonl"), "fewshot": 1,
                      "fewshot_source": str(FIXTURES / "mmlu_pro_validation.jsonl")},
         # short abstracts (371-645 characters of question and contexts; the files' first two:
         # 1,300-1,800) with answers no, yes, maybe, yes
@@ -141,6 +144,9 @@ def test_every_papers_benchmark_in_a_tiny_campaign(tmp_path, warm_snakemake, wri
         rows = {r["task_id"]: r for r in pq.read_table(results / "tasks" / f"{task}.parquet").to_pylist()}
         if task == "bbh":  # prompts went through the chat template, few-shot exemplars included
             assert rows["bbh/navigate/0"]["response_prefix"] == "A: Let's think step by step.\n"
+            assert rows["bbh/navigate/0"]["prompt"].count("\nA: Let's think step by step.\n") == 1
+        if task == "mmlu_pro":  # one exemplar from the validation split, then the question
+            assert rows["mmlu_pro/70001"]["prompt"].count("Question:\n") == 2
         for gold in (True, False):
             completions = [(_code_completion(rows[t], gold) if rows[t]["kind"] == "code" else
                             (gold_completion if gold else perturbed_completion)(rows[t]))
