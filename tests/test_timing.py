@@ -2,11 +2,23 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from dlmpipe.environment import environment
 from dlmpipe.timing import rotation, run_timing_job
+
+
+@pytest.fixture(scope="module")
+def toy_checkpoint() -> Path:
+    """The shipped toy the default campaign decodes (dlmpipe/shipped/toy, trained by
+    ``train_toy``), as tests/test_generate_job.py's: loading it costs a fraction of training
+    conftest's 40-step toy, and the timing job reads any checkpoint alike."""
+    from dlmpipe.backbones.shipped import shipped_path
+
+    return Path(shipped_path("toy"))
 
 
 def test_rotation_puts_every_method_in_every_slot_equally():
