@@ -62,14 +62,15 @@ def test_the_attention_mask_and_the_full_forward_follow_the_block_size(family):
 def test_decoding_at_another_block_size_equals_the_full_forward_with_that_mask(family, sampler):
     """The block loop at the campaign's block size: one active block of n positions at a time
     (every step's active block is a block of n), token for token what recomputing the whole
-    sequence with the size-n mask gives; and not what the checkpoint's size gives."""
+    sequence with the size-n mask gives; and not what the checkpoint's size gives (in some case:
+    the checkpoint's size is decoded until one differs)."""
     n = OTHER[family]
     differs = False
     for seed in (0, 1):
         model = tiny_backbone(family, seed=seed, n_layers=2, stop_ids=[])
         for p_len in (5, 8, 13):
             prompt = random_prompt(p_len, seed)
-            native, _ = decode_full_sequence(model, sampler, prompt, 16, seed)
+            native = None if differs else decode_full_sequence(model, sampler, prompt, 16, seed)[0]
             model.use_block_size(n)
             ref, ref_stats = decode_full_sequence(model, sampler, prompt, 16, seed)
             s, c = build_method({"sampler": sampler, "cache": {"name": "none"}}, model)
@@ -80,7 +81,7 @@ def test_decoding_at_another_block_size_equals_the_full_forward_with_that_mask(f
             steps = [r for r in trace.records if r["kind"] == "step"]
             assert steps and all(r["block"][0] % n == 0 and r["block"][1] - r["block"][0] == n
                                  for r in steps), [r["block"] for r in steps]
-            differs |= not torch.equal(native, ref)
+            differs |= native is not None and not torch.equal(native, ref)
             model.use_block_size(None)
     assert differs, "the block size changed no decode: the test cannot tell the sizes apart"
 
