@@ -11,7 +11,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -225,21 +224,34 @@ def test_report_of_a_finished_run(finished_run, warm_snakemake, tmp_path):
     assert "quality" in html  # the summary's contents, not only its name
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (the warm Snakemake's server reaps its children at once)."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def test_unlock_after_a_killed_run(tmp_path, warm_snakemake):
     """After a killed run Snakemake refuses the locked directory and says it "can be removed with
-    the --unlock argument"; `snakemake --unlock` as such removes the lock."""
+    the --unlock argument"; `snakemake --unlock` as such removes the lock. The killed run is
+    forked from the warm Snakemake in a session of its own (``WarmSnakemake.start``, as
+    ``Popen(start_new_session=True)``), SIGKILLed with the jobs it started once it has locked."""
     workdir, _ = campaign_workdir(tmp_path, "default")
     locks = workdir / ".snakemake" / "locks"
-    run = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
-                            "--directory", str(workdir), "--cores", "1"], cwd=workdir,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    pid, wait = warm_snakemake.start(workdir, "--cores", "1")
     try:
         deadline = time.time() + 120
-        while run.poll() is None and time.time() < deadline and not (locks.is_dir() and any(locks.iterdir())):
+        while alive(pid) and time.time() < deadline and not (locks.is_dir() and any(locks.iterdir())):
             time.sleep(0.05)
     finally:
-        os.killpg(run.pid, signal.SIGKILL)  # the run and the jobs it started (its process group)
-        run.wait()
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the run and the jobs it started (its process group)
+        except ProcessLookupError:  # it ended by itself: the assertion below says so
+            pass
+        run = wait(check=False)
+    assert run.returncode == -signal.SIGKILL, f"the run ended before it was killed:\n{run.stderr[-2000:]}"
     assert locks.is_dir() and any(locks.iterdir()), "the run never locked its working directory"
 
     locked = warm_snakemake(workdir, "--cores", "1", "--until", "prepare_task", check=False)

@@ -180,8 +180,9 @@ WARM_IMPORTS = ("snakemake.cli", "snakemake.api", "snakemake.dag", "snakemake.wo
 # process would (its sys.argv, working directory, environment and standard streams;
 # snakemake.cli.main, the code of `python -m snakemake`), and answers "<id> <exit status> <CPU
 # seconds>" when the child ends (the server reaps it, so the test's os.times cannot see that
-# CPU: the client reports it, add_cpu). Single-threaded (a fork copies no other thread's held
-# locks); requests run side by side.
+# CPU: the client reports it, add_cpu); a request for a session of its own (WarmSnakemake.start:
+# a command the caller kills) is also answered "<id> started <pid>" when it starts.
+# Single-threaded (a fork copies no other thread's held locks); requests run side by side.
 _FORK_SERVER = r'''
 import importlib, importlib.util, json, os, select, sys
 for name in json.loads(sys.argv[1]):
@@ -192,6 +193,8 @@ MAIN = importlib.util.find_spec("snakemake.__main__").origin
 children, pending, stdin = {}, b"", sys.stdin.fileno()
 
 def run(request):
+    if request.get("session"):  # a process group of its own: the caller may kill it and its jobs
+        os.setsid()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -241,6 +244,9 @@ while True:
                     finally:
                         os._exit(status)
             children[pid] = request["id"]
+            if request.get("session"):
+                sys.stdout.write(f"{request['id']} started {pid}\n")
+                sys.stdout.flush()
     reap(os.WNOHANG)
 reap(0)
 '''
@@ -262,6 +268,7 @@ class WarmSnakemake:
 
         self._json, self._scratch, self._ids = json, Path(scratch), itertools.count()
         self._lock, self._done, self._status, self._reported = threading.Lock(), {}, {}, 0.0
+        self._started, self._pids = {}, {}
         self._server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, json.dumps(WARM_IMPORTS)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         cwd=self._scratch)
@@ -271,41 +278,68 @@ class WarmSnakemake:
     def _read(self) -> None:
         for line in self._server.stdout:
             key, status, cpu = line.split()
+            if status == "started":  # a session's process started (start): its pid
+                self._pids[int(key)] = int(cpu)
+                self._started[int(key)].set()
+                continue
             add_cpu(float(cpu))  # before the waiting test resumes: its command's CPU
             self._reported += float(cpu)
             self._status[int(key)] = int(status)
             self._done[int(key)].set()
-        for event in list(self._done.values()):  # the server died: wake every waiter
+        for event in [*self._done.values(), *self._started.values()]:  # the server died: wake every waiter
             event.set()
 
     def __call__(self, workdir: Path, *args: str, configfile: Path | None = None, check: bool = True,
                  env: dict | None = None) -> subprocess.CompletedProcess:
+        if env is not None:
+            return run_snakemake(workdir, *args, configfile=configfile, check=check, env=env)
+        return self._send(workdir, args, configfile)(check)
+
+    def start(self, workdir: Path, *args: str, configfile: Path | None = None):
+        """The same command started in a session (process group) of its own, as ``Popen(...,
+        start_new_session=True)``: returns (its pid, ``wait(check=True)`` -> CompletedProcess);
+        ``os.killpg(pid, ...)`` kills it and the jobs it started."""
+        import threading
+
+        key = next(self._ids)
+        self._started[key] = threading.Event()
+        wait = self._send(workdir, args, configfile, key=key)
+        self._started[key].wait()
+        del self._started[key]
+        if key not in self._pids:
+            raise RuntimeError(f"the Snakemake fork server died (exit status {self._server.poll()})")
+        return self._pids.pop(key), wait
+
+    def _send(self, workdir: Path, args, configfile: Path | None, key: int | None = None):
+        """Sends the request (``key``: a session of its own, ``start``); returns ``wait(check)``."""
         import os
         import threading
 
-        if env is not None:
-            return run_snakemake(workdir, *args, configfile=configfile, check=check, env=env)
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
                "--directory", str(workdir), *args]
         if configfile is not None:
             cmd += ["--configfile", str(configfile)]
-        key = next(self._ids)
+        session = key is not None
+        key = next(self._ids) if key is None else key
         out, err = self._scratch / f"{key}.out", self._scratch / f"{key}.err"
         done = self._done[key] = threading.Event()
         request = {"id": key, "cwd": str(workdir), "args": cmd[3:], "env": dict(os.environ),
-                   "stdout": str(out), "stderr": str(err)}
+                   "stdout": str(out), "stderr": str(err), "session": session}
         with self._lock:
             self._server.stdin.write(self._json.dumps(request) + "\n")
             self._server.stdin.flush()
-        done.wait()
-        if key not in self._status:
-            raise RuntimeError(f"the Snakemake fork server died (exit status {self._server.poll()})")
-        proc = subprocess.CompletedProcess(cmd, self._status.pop(key), out.read_text(), err.read_text())
-        out.unlink(), err.unlink()
-        del self._done[key]
-        if check and proc.returncode != 0:
-            raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        return proc
+
+        def wait(check: bool = True) -> subprocess.CompletedProcess:
+            done.wait()
+            if key not in self._status:
+                raise RuntimeError(f"the Snakemake fork server died (exit status {self._server.poll()})")
+            proc = subprocess.CompletedProcess(cmd, self._status.pop(key), out.read_text(), err.read_text())
+            out.unlink(), err.unlink()
+            del self._done[key]
+            if check and proc.returncode != 0:
+                raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            return proc
+        return wait
 
     def close(self) -> None:
         self._server.stdin.close()
