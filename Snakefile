@@ -106,7 +106,8 @@ onstart:
     if PYTHON_BIN:
         from dlmpipe import jobserver
 
-        JOB_SERVER.append(jobserver.start(workflow, DLMPIPE_SRC))
+        JOB_SERVER.append(jobserver.start(workflow, DLMPIPE_SRC, [
+            path for path in map(CAMPAIGN.checkpoint_path, CAMPAIGN.backbones) if path is not None]))
 
 
 onsuccess:

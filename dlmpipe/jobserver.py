@@ -120,17 +120,19 @@ def run_served(path: str, argv: list[str]) -> int | None:
 
 
 # ---- server ---------------------------------------------------------------------------------
-def start(workflow, source: str) -> subprocess.Popen | None:
+def start(workflow, source: str, checkpoints=()) -> subprocess.Popen | None:
     """From the Snakefile's ``onstart``: start a server for this run's local jobs and name it in
     this process's environment (its jobs inherit it); None where jobs are not served. ``source``:
-    the checkout whose dlmpipe the jobs import (the Snakefile's folder)."""
+    the checkout whose dlmpipe the jobs import (the Snakefile's folder); ``checkpoints``: the
+    campaign's checkpoint directories, whose tokenizer classes the server imports too where
+    transformers reads them (``serve``)."""
     if os.environ.get(ENV) == "0" or not workflow.local_exec or workflow.touch:
         return None
     directory = tempfile.mkdtemp(prefix="dlmpipe-jobs-")  # mode 0700
     path = os.path.join(directory, "socket")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [source] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
-    proc = subprocess.Popen([sys.executable, "-m", "dlmpipe.jobserver", path],
+    proc = subprocess.Popen([sys.executable, "-m", "dlmpipe.jobserver", path, *map(str, checkpoints)],
                             stdin=subprocess.PIPE, env=env)
     deadline = time.monotonic() + 30
     while not os.path.exists(path) and proc.poll() is None and time.monotonic() < deadline:
@@ -155,8 +157,11 @@ def stop(proc: subprocess.Popen | None) -> None:
         proc.kill()
 
 
-def serve(path: str) -> None:
-    """Import the job modules, then fork a child per client until stdin closes."""
+def serve(path: str, checkpoints=()) -> None:
+    """Import the job modules, then fork a child per client until stdin closes. Where one of
+    ``checkpoints`` is read by transformers (Dream's vocab.json + merges.txt: no tokenizer.json
+    for the light tokenizer), its tokenizer class too (backbones/tokenizer.py ``preload_for``):
+    else every model job on it imports transformers' model index itself (~1 CPU s)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as dlmpipe.cli.job_environment, before torch
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the jobs
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -166,6 +171,10 @@ def serve(path: str) -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    if checkpoints:
+        from .backbones.tokenizer import preload_for
+
+        preload_for(checkpoints)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(sys.stdin, selectors.EVENT_READ, "stdin")
@@ -293,4 +302,4 @@ def _run_job(request: dict, conn: socket.socket) -> int:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], sys.argv[2:])

@@ -134,6 +134,19 @@ def _compiled(template: str):
 def light_tokenizer(path: Path, bpe: bool) -> LightTokenizer | None:
     """The checkpoint's tokenizer without transformers, or None where transformers must read it
     (the module docstring says when). ``bpe``: the family reads vocab.json + merges.txt first."""
+    found = _light_files(path, bpe)
+    return None if found is None else LightTokenizer(path, *found)
+
+
+def needs_transformers(path: Path, bpe: bool) -> bool:
+    """Whether ``light_tokenizer`` leaves this checkpoint to transformers, without reading its
+    tokenizer (the job server's preload, dlmpipe/jobserver.py)."""
+    return _light_files(path, bpe) is None
+
+
+def _light_files(path: Path, bpe: bool) -> tuple[dict, str | None] | None:
+    """tokenizer_config.json's content and the chat template where ``light_tokenizer`` applies,
+    else None."""
     if not (path / "tokenizer.json").is_file():
         return None
     if bpe and (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
@@ -144,4 +157,4 @@ def light_tokenizer(path: Path, bpe: bool) -> LightTokenizer | None:
     if config.get("clean_up_tokenization_spaces") or (template and "generation" in template
                                                        and "endgeneration" in template):
         return None
-    return LightTokenizer(path, config, template)
+    return config, template

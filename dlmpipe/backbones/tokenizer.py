@@ -34,15 +34,12 @@ def load_tokenizer(path: Path, family: str | None = None, light: bool = False):
         if tok is not None:
             _check_added_tokens(tok, path)
             return tok
-    import transformers
-
     has_bpe = (path / "vocab.json").is_file() and (path / "merges.txt").is_file()
     has_fast = (path / "tokenizer.json").is_file()
     if bpe and has_bpe:
-        cls = getattr(transformers, "Qwen2TokenizerFast", None) or transformers.Qwen2Tokenizer
-        file = path / "vocab.json"
+        cls, file = transformers_class(bpe=True), path / "vocab.json"
     elif has_fast:
-        cls, file = transformers.PreTrainedTokenizerFast, path / "tokenizer.json"
+        cls, file = transformers_class(bpe=False), path / "tokenizer.json"
     else:
         want = "vocab.json + merges.txt (or tokenizer.json)" if bpe else "tokenizer.json"
         raise CheckpointError(f"{path}: tokenizer missing (expected {want})")
@@ -52,6 +49,41 @@ def load_tokenizer(path: Path, family: str | None = None, light: bool = False):
         raise CheckpointError(f"{file}: cannot load tokenizer ({type(e).__name__}: {e})") from e
     _check_added_tokens(tok, path)
     return tok
+
+
+def transformers_class(bpe: bool):
+    """The transformers class ``load_tokenizer`` reads a checkpoint with where the light
+    tokenizer does not apply: Qwen2's BPE (fast where transformers has it) for vocab.json +
+    merges.txt, else the fast tokenizer of a tokenizer.json. Importing Qwen2's is most of such a
+    job's tokenizer cost (~1 CPU s: transformers' model index); the job server imports it once
+    for a campaign that needs it (``preload_for``)."""
+    import transformers
+
+    if bpe:
+        return getattr(transformers, "Qwen2TokenizerFast", None) or transformers.Qwen2Tokenizer
+    return transformers.PreTrainedTokenizerFast
+
+
+def preload_for(checkpoints) -> bool:
+    """Import the ``transformers_class`` of each of ``checkpoints`` (directories) that
+    transformers reads (light_tokenizer.py says which: e.g. Dream's vocab.json + merges.txt)
+    ahead of the model jobs: the job server, before it forks any (dlmpipe/jobserver.py). Returns
+    whether it imported any. A directory that is missing or unreadable is skipped: its own jobs
+    say what is wrong."""
+    from .light_tokenizer import needs_transformers
+
+    imported = set()
+    for path in map(Path, checkpoints):
+        try:
+            bpe = family_named(read_config(path).family).bpe_tokenizer
+            if needs_transformers(path, bpe):
+                # the class load_tokenizer picks: Qwen2's where the BPE files are there
+                imported.add(bpe and (path / "vocab.json").is_file() and (path / "merges.txt").is_file())
+        except Exception:  # noqa: BLE001 - only a preload: the job reads it and fails in its own words
+            continue
+    for bpe in imported:
+        transformers_class(bpe)
+    return bool(imported)
 
 
 def _declared_added_tokens(path: Path) -> dict[str, int]:
