@@ -42,7 +42,6 @@ something back to the host fails as it would on a GPU.
 from __future__ import annotations
 
 import contextlib
-import functools
 import traceback
 import warnings
 
@@ -72,12 +71,24 @@ def _masks(indices) -> bool:
     return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices)
 
 
-@functools.cache
+#: id(operation) -> (operation, kind): looked up on every operation a counted decode dispatches,
+#: so by ``id`` (an ``OpOverload``'s ``__hash__`` is Python code, a third of a dict lookup's cost
+#: through a cache keyed by the operation); the operation is kept, so its id is never reused
+_KINDS: dict[int, tuple] = {}
+
+
 def kind(func) -> str | None:
     """Which rule can apply to an ATen operation (fixed per operation, so looked up once): "read"
     (always one), "kernel" (``KERNEL_READS``), "repeat", "index" (rule 2 with a boolean mask,
     rule 3 with a host-built index or value), "copy" (rule 3), "built" (makes a host-built
     tensor), or None."""
+    hit = _KINDS.get(id(func))
+    if hit is None:
+        hit = _KINDS[id(func)] = (func, _kind(func))
+    return hit[1]
+
+
+def _kind(func) -> str | None:
     op = func.overloadpacket
     if func in KERNEL_READS:
         return "kernel"
@@ -107,6 +118,8 @@ def reads_of(func, args, kwargs, host_built) -> int:
         return int(kwargs.get("output_size") is None)
     if k == "index" and _masks(args[1]):
         return 1
+    if not host_built:  # (no host-built tensor alive: nothing to look for in the arguments)
+        return 0
     return int(any(isinstance(a, torch.Tensor) and a in host_built for a in tree_flatten((args, kwargs))[0]))
 
 
@@ -136,11 +149,15 @@ class HostReads(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.active and kind(func):
+        k = None
+        if self.active:
+            hit = _KINDS.get(id(func))  # (kind's lookup inline: this runs for every operation)
+            k = hit[1] if hit is not None else kind(func)
+        if k is not None and k != "built":
             for _ in range(reads_of(func, args, kwargs, self.host_built)):
                 self.record(str(func))
         out = func(*args, **kwargs)
-        if self.active and kind(func) == "built":  # (inside a patched torch.tensor: counted there)
+        if k == "built":  # (inside a patched torch.tensor: counted there)
             self.host_built[out] = True
         return out
 
