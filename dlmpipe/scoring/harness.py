@@ -56,8 +56,8 @@ try:
 except ImportError:  # not CPython
     import signal
 
-# decimal (stdin suites), json (functional suites), pickle and base64 (differential suites) are
-# imported only where a suite needs them, always before candidate code runs.
+# decimal (stdin suites), json (functional suites), the pickler and binascii (differential
+# suites) are imported only where a suite needs them, always before candidate code runs.
 
 
 class _Tools:
@@ -256,13 +256,24 @@ class _ByteSink:
         pass
 
 
+def _pickler():
+    """The C pickler, which CPython's ``pickle`` re-exports (``pickle.Pickler``/``loads`` are
+    ``_pickle``'s), without pickle.py, which imports ``re`` and so ``enum``; base64.py does too,
+    and ``binascii`` is what it calls. Together ~6 ms of CPU in every differential sample's
+    sandbox (whose candidate does not import ``re`` itself), for the same bytes."""
+    try:
+        import _pickle as pickle
+    except ImportError:  # not CPython
+        import pickle
+    return pickle
+
+
 def _given_reference(suite):
     """(outputs, times) an earlier run computed for this suite, or None to compute them."""
     try:
         if suite.get("expected"):
-            import base64
-            import pickle
-            return pickle.loads(base64.b64decode(suite["expected"]))
+            import binascii
+            return _pickler().loads(binascii.a2b_base64(suite["expected"]))
         return None
     except Exception:
         return None
@@ -284,9 +295,9 @@ def _share_references(fd, fresh, cap):
     """One ``name<TAB>base64 pickle`` line per fresh reference and an empty line, then the pipe
     is closed: the candidate never holds it. A reference that cannot be pickled or exceeds
     ``cap`` is skipped (the next sample computes it again)."""
-    import base64
-    import pickle
+    import binascii
 
+    pickle = _pickler()
     lines = []
     for name, ref in fresh.items():
         out = _CappedBytes(cap * 3 // 4 - 64)  # base64 makes 4 of 3
@@ -294,7 +305,8 @@ def _share_references(fd, fresh, cap):
             pickle.Pickler(out, 4).dump(ref)  # stops at the cap: MBPP+ has a 1 GB reference
         except Exception:
             continue
-        lines.append(b"%s\t%s\n" % (name.encode(), base64.b64encode(b"".join(out.parts))))
+        blob = binascii.b2a_base64(b"".join(out.parts), newline=False)  # base64.b64encode's
+        lines.append(b"%s\t%s\n" % (name.encode(), blob))
     view = memoryview(b"".join(lines) + b"\n")
     try:
         while view:
