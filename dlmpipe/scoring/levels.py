@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 
 from .confine import landlock_abi, layer_support
 from .sandbox import (NOBODY, START_RETRY_S, Isolation, _clean_env, _is_root, _tool,
@@ -135,16 +136,24 @@ def _python_candidates() -> list[str]:
     return out
 
 
+_probed: dict[str, list] = {}  # interpreter -> its prefixes, once it answered
+
+
 def _interpreter_paths(python: str) -> tuple[str, ...]:
-    """Directories the interpreter needs that /usr does not cover (a conda or /opt install)."""
+    """Directories the interpreter needs that /usr does not cover (a conda or /opt install).
+    Asked once per process and interpreter (a pyenv shim takes ~0.1 s CPU to answer); a probe
+    that failed is asked again next time."""
     probe = ("import json, os, sys; print(json.dumps([sys.prefix, sys.base_prefix, "
              "sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]))")
-    try:
-        out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True,
-                             timeout=30, env=_clean_env("/tmp")).stdout
-        dirs = json.loads(out)
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return ()
+    dirs = _probed.get(python)
+    if dirs is None:
+        try:
+            out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True,
+                                 timeout=30, env=_clean_env("/tmp")).stdout
+            dirs = json.loads(out)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            return ()
+        _probed[python] = dirs
     keep = []
     for d in dirs:
         d = os.path.realpath(d)
@@ -186,11 +195,13 @@ def _process_layers() -> tuple[str, ...]:
     return tuple(layer for layer, reason in support.items() if not reason)
 
 
-def _candidates(variant: str) -> list[Isolation]:
+def _candidates(variant: str) -> Iterator[Isolation]:
+    """The variant with each interpreter in turn, made (its paths probed) only when the one
+    before failed its check: where the first works, the others are never started."""
     layers = _process_layers() if variant == "process" else ()
     level = "+".join(("process", *layers)) if variant == "process" else "bwrap"
-    return [Isolation(level, variant, python, _interpreter_paths(python), layers)
-            for python in _python_candidates()]
+    for python in _python_candidates():
+        yield Isolation(level, variant, python, _interpreter_paths(python), layers)
 
 
 def _check(iso: Isolation, retry_s: float) -> tuple[bool, str, bool]:
