@@ -26,9 +26,18 @@ from .models import HAND_PROMPT as P
 GEN = 16
 
 
-def peaked(family: str, seed: int):
-    """A tiny model with peaked enough distributions for the thresholds to decide something."""
-    return tiny_backbone(family, seed=seed, scale=2.0)
+def peaked(family: str, seed: int, n_layers: int = 3):
+    """A tiny model with peaked enough distributions for the thresholds to decide something.
+    The model is the rules' source of logits, nothing per layer is under test: KLASS's tests
+    take 2 layers (``KLASS_LAYERS``); EB-Sampler's parity keeps 3, the depth at which its paper
+    and released rules decode some case otherwise (at 2 none differs on these seeds)."""
+    return tiny_backbone(family, seed=seed, scale=2.0, n_layers=n_layers)
+
+
+#: KLASS's models: at 2 layers its parity cases have more ready steps than at 3 (122/163 against
+#: 49/163 on LLaDA/Dream), steps of several tokens (24/41 against 10/38) and gated decodes that
+#: differ, at three quarters of the cost (issue 46)
+KLASS_LAYERS = 2
 
 
 def dlmpipe_states(model, spec: dict, prompt, seed: int = 0) -> tuple[list[torch.Tensor], dict]:
@@ -113,16 +122,23 @@ def test_eb_sampler_matches_the_released_loop_step_by_step(family):
     for seed in (0, 1, 2):
         model = peaked(family, seed)
         prompt = random_prompt(7, seed)
+        restated = {}  # (gamma, alg, paper) -> the released loop's states, each run once
+
+        def released(gamma, alg, paper):
+            if (gamma, alg, paper) not in restated:
+                restated[gamma, alg, paper] = released_eb(model, prompt, 8, gamma, alg, paper=paper)
+            return restated[gamma, alg, paper]
+
         for gamma, alg, rule in EB_CASES:
             spec = {"name": "eb_sampler", "gamma": gamma, "error_proxy": PROXY[alg], "rule": rule,
                     "block_length": 8}
             got, stats = dlmpipe_states(model, spec, prompt)
-            want = released_eb(model, prompt, 8, gamma, alg, paper=rule == "paper")
+            want = released(gamma, alg, paper=rule == "paper")
             assert len(got) == len(want) == stats["nfe"], (seed, gamma, alg, rule)
             assert all(torch.equal(a, b) for a, b in zip(got, want)), (seed, gamma, alg, rule)
             multi += sum(n > 1 for n in stats["accepted_per_step"])
-            if rule == "paper":
-                other = released_eb(model, prompt, 8, gamma, alg, paper=False)
+            if rule == "paper":  # (the released rule's loop: its own case's reference too)
+                other = released(gamma, alg, paper=False)
                 rules_differ += len(other) != len(want) or any(not torch.equal(a, b) for a, b in zip(other, want))
     assert multi > 20            # the bound decided something: several tokens per step, often
     assert rules_differ > 0      # and the paper's maximum differs from the release's last entropy
@@ -279,22 +295,26 @@ KLASS_CASES = [(0.3, 0.05, 2, "all"), (0.2, 0.1, 2, "all"), (0.2, 0.1, 1, "all")
 def test_klass_matches_the_released_loop_step_by_step(family):
     ready, multi, rules_differ = 0, 0, 0
     for seed in (0, 1, 2):
-        model = peaked(family, seed)
+        model = peaked(family, seed, KLASS_LAYERS)
         prompt = random_prompt(7, seed)
         for conf, kl, history, strategy in KLASS_CASES:
+            # the released loop with and without its per-block gate, each run once: the gated one
+            # is the released rule's reference and what the paper rule's is compared with
+            restated = {gate: released_klass(model, prompt, 8, conf, kl, history, strategy, gate=gate)
+                        for gate in (False, True)}
             for rule in ("paper", "released"):
                 spec = {"name": "klass", "conf_threshold": conf, "kl_threshold": kl,
                         "history_length": history, "unmask_strategy": strategy, "rule": rule,
                         "block_length": 8}
                 got, stats = dlmpipe_states(model, spec, prompt)
-                want = released_klass(model, prompt, 8, conf, kl, history, strategy, gate=rule == "released")
+                want = restated[rule == "released"]
                 case = (seed, conf, kl, history, strategy, rule)
                 assert len(got) == len(want) == stats["nfe"], case
                 assert all(torch.equal(a, b) for a, b in zip(got, want)), case
                 ready += stats["ready_steps"]
                 multi += sum(n > 1 for n in stats["accepted_per_step"])
                 if rule == "paper":
-                    gated = released_klass(model, prompt, 8, conf, kl, history, strategy, gate=True)
+                    gated = restated[True]
                     rules_differ += len(gated) != len(want) or any(not torch.equal(a, b)
                                                                    for a, b in zip(gated, want))
     assert ready > 10 and multi > 5   # stable sets decided steps, several tokens at once
@@ -305,7 +325,7 @@ def test_klass_matches_the_released_loop_step_by_step(family):
 def test_klass_released_rule_at_temperature_matches_the_perturbed_softmax(family):
     ready = 0
     for seed in (0, 1):
-        model = peaked(family, seed)
+        model = peaked(family, seed, KLASS_LAYERS)
         prompt = random_prompt(7, seed)
         spec = {"name": "klass", "conf_threshold": 0.5, "kl_threshold": 0.2, "rule": "released",
                 "block_length": 8, "temperature": 0.5}
@@ -438,7 +458,7 @@ def test_klass_random_strategy_unmasks_one_ready_position_drawn_from_the_generat
 def test_a_cloned_klass_state_carries_its_kl_history(family):
     """Cloned mid-block, the clone decodes as the original continues, with ready steps after the
     cut: the history (previous log-probabilities and KLs) is part of the decoder state."""
-    model = peaked(family, 0)
+    model = peaked(family, 0, KLASS_LAYERS)
     prompt = random_prompt(7, 0)
     spec = {"name": "klass", "conf_threshold": 0.2, "kl_threshold": 0.1, "block_length": 8}
     reference, stats = dlmpipe_states(model, spec, prompt)
