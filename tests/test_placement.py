@@ -22,7 +22,9 @@ from dlmpipe.placement import Placement, place, stages
 from .models import decode_method, random_prompt, tiny_backbone
 
 STAGES = 3
-LAYERS = 5
+#: 4 layers over 3 stages: [0, 0, 1, 2], a stage of two layers (no move between them) and
+#: layers whose stage is not their index (a layer index read as a stage lands elsewhere)
+LAYERS = 4
 
 
 class Tags:
@@ -83,32 +85,30 @@ class StageCheck(TorchFunctionMode):
         self.p = placement
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        if getattr(func, "__self__", None) is torch.Tensor.device:  # reading x.device
-            stage = self.p.tags.get(args[0])
-            return func(*args) if stage is None else torch.device("cpu", stage)
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name == "__get__" and len(args) == 1 and not kwargs:  # reading a property of x
+            if func.__self__ is _DEVICE:  # x.device
+                stage = self.p.tags.get(args[0])
+                return func(*args) if stage is None else torch.device("cpu", stage)
+            out = func(*args)  # one tensor: no two stages; a tensor it gives (x.T) on x's stage
+            if isinstance(out, torch.Tensor) and out not in self.p.tags:
+                self.p.tag(out, self.p.tags.get(args[0], 0))
+            return out
         named = None  # a stage named by a device argument
-        if isinstance(kwargs.get("device"), torch.device) and kwargs["device"].index is not None:
-            named, kwargs["device"] = kwargs["device"].index, torch.device("cpu")
-        is_to = getattr(func, "__name__", "") == "to"
+        device = kwargs.get("device")
+        if isinstance(device, torch.device) and device.index is not None:
+            named, kwargs = device.index, {**kwargs, "device": torch.device("cpu")}
+        is_to = name == "to"
         if is_to and len(args) > 1 and isinstance(args[1], torch.device) and args[1].index is not None:
             named, args = args[1].index, (args[0], torch.device("cpu"), *args[2:])
         if is_to and named is not None:  # a move the code makes itself: an alias on that stage
             with torch._C.DisableTorchFunction():
                 return self.p.tag(args[0].view_as(args[0]), named)
-        seen = set()
-
-        def visit(a):
-            if isinstance(a, torch.Tensor):
-                s = self.p.tags.get(a)
-                if s is not None:
-                    seen.add(s)
-            elif isinstance(a, (list, tuple)):
-                for b in a:
-                    visit(b)
-
-        visit(args)
-        visit(list(kwargs.values()))
+        by_id, seen = self.p.tags._by_id, set()
+        _add_stages(args, by_id, seen)
+        if kwargs:
+            _add_stages(kwargs.values(), by_id, seen)
         if len(seen) > 1:
             raise AssertionError(f"{getattr(func, '__name__', func)} over tensors of stages {sorted(seen)}")
         out = func(*args, **kwargs)
@@ -116,9 +116,26 @@ class StageCheck(TorchFunctionMode):
         # says, else on the first device (the model's and the sampler's)
         stage = seen.pop() if seen else (named if named is not None else 0)
         for r in (out if isinstance(out, (list, tuple)) else (out,)):
-            if isinstance(r, torch.Tensor) and r not in self.p.tags:
-                self.p.tag(r, stage)
+            if isinstance(r, torch.Tensor):
+                found = by_id.get(id(r))
+                if found is None or found[0]() is not r:  # untagged (``Tags``): tag it
+                    by_id[id(r)] = (weakref.ref(r), stage)
         return out
+
+
+_DEVICE = torch.Tensor.device
+
+
+def _add_stages(items, by_id: dict, seen: set) -> None:
+    """The stages of the tagged tensors among ``items`` (in nested lists and tuples too) into
+    ``seen``: ``Tags.get`` inlined, as this runs for every op of a placed decode."""
+    for a in items:
+        if isinstance(a, torch.Tensor):
+            found = by_id.get(id(a))
+            if found is not None and found[0]() is a:
+                seen.add(found[1])
+        elif isinstance(a, (list, tuple)):
+            _add_stages(a, by_id, seen)
 
 
 def placed_copy(model, n_stages=STAGES) -> tuple[object, RecordingPlacement]:
@@ -237,7 +254,7 @@ def test_each_layers_kv_lives_on_its_layers_stage():
     placed, p = placed_copy(model)
     kv = KVBuffer.for_model(placed, 10)
     assert [p.stage_of(k) for k in kv.keys] == p.layer_stage == [p.stage_of(v) for v in kv.values]
-    assert p.layer_stage == [0, 0, 1, 1, 2]
+    assert p.layer_stage == [0, 0, 1, 2]
 
 
 def test_a_job_reads_each_stage_onto_its_device(tmp_path, monkeypatch):
@@ -267,7 +284,7 @@ def test_a_job_reads_each_stage_onto_its_device(tmp_path, monkeypatch):
     stage_of = {n: placement.parameter_stage(n, p) for n, _ in model.named_parameters()}
     assert reads == [sorted(n for n, s in stage_of.items() if s == k) for k in range(3)]
     assert stage_of["embed.weight"] == 0 and stage_of["head.weight"] == 2
-    assert [stage_of[f"blocks.{i}.ff_up.weight"] for i in range(LAYERS)] == [0, 0, 1, 1, 2]
+    assert [stage_of[f"blocks.{i}.ff_up.weight"] for i in range(LAYERS)] == [0, 0, 1, 2]
     monkeypatch.setattr(loading, "job_placement", placement.job_placement)
     one = loading.load_backbone(path, with_tokenizer=False).model
     assert one.placement is None  # on the CPU (or one GPU) nothing is placed
