@@ -10,12 +10,12 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from dlmpipe.cli import main as cli
 from dlmpipe.scoring import levels, sandbox
 from dlmpipe.scoring.confine import layer_support
 from dlmpipe.scoring.levels import SandboxUnavailable, isolation, requested_level
@@ -159,54 +159,51 @@ def test_a_lasting_transient_failure_never_downgrades(monkeypatch):
 # ---- the command line -----------------------------------------------------------------------
 
 
-def _score_samples(tmp_path, *args):
+def _score_samples(tmp_path, capsys, *args):
+    """``dlmpipe score-samples`` in this process (``main``: its exit status, stdout, stderr),
+    where bubblewrap is missing (the ``no_bwrap`` fixture). ``python -m dlmpipe`` only exits
+    with what ``main`` returns (dlmpipe/__main__.py; test_cli.py runs it)."""
     rows = load_task("toy_code", n=3, seed=3)
     samples = tmp_path / "samples.jsonl"
     samples.write_text("".join(json.dumps({"task_id": r["task_id"], "completion": r["answer"]})
                                + "\n" for r in rows))
     out = tmp_path / "scored.jsonl"
-    cmd = [sys.executable, "-m", "dlmpipe", "score-samples", "--task", "toy_code", "--samples",
-           str(samples), "--out", str(out), "--options", '{"n": 3, "seed": 3}', *args]
-    env = {k: v for k, v in os.environ.items() if k != "DLMPIPE_SANDBOX"}
-    env.update(PYTHONPATH=str(REPO), DLMPIPE_BWRAP="/nonexistent/bwrap")
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO), out
+    status = cli(["score-samples", "--task", "toy_code", "--samples", str(samples), "--out",
+                  str(out), "--options", '{"n": 3, "seed": 3}', *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err, out
 
 
-def test_score_samples_refuses_without_bwrap(tmp_path):
-    proc, out = _score_samples(tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    assert "dlmpipe score-samples: error: no sandbox for untrusted code" in proc.stderr
-    assert "--sandbox process" in proc.stderr and "Traceback" not in proc.stderr
+def test_score_samples_refuses_without_bwrap(tmp_path, no_bwrap, capsys):
+    status, _, err, out = _score_samples(tmp_path, capsys)
+    assert status == 2, err
+    assert "dlmpipe score-samples: error: no sandbox for untrusted code" in err
+    assert "--sandbox process" in err and "Traceback" not in err
     assert not out.exists()
 
 
-def test_score_samples_opt_in_warns_in_its_closing_lines(tmp_path):
-    proc, out = _score_samples(tmp_path, "--sandbox", "process")
-    assert proc.returncode == 0, proc.stderr
+def test_score_samples_opt_in_warns_in_its_closing_lines(tmp_path, no_bwrap, capsys):
+    status, stdout, err, out = _score_samples(tmp_path, capsys, "--sandbox", "process")
+    assert status == 0, err
     assert {json.loads(line)["isolation"] for line in out.open()} == {PROCESS_LEVEL}
-    last = proc.stdout.strip().splitlines()[-1]
+    last = stdout.strip().splitlines()[-1]
     assert last.startswith(f"WARNING: 3 of 3 samples ran under {PROCESS_LEVEL} isolation, "
-                           "weaker than bubblewrap:"), proc.stdout
+                           "weaker than bubblewrap:"), stdout
 
 
-def _check_sandbox(*snakemake_args):
-    env = {k: v for k, v in os.environ.items() if k != "DLMPIPE_SANDBOX"}
-    env.update(PYTHONPATH=str(REPO), DLMPIPE_BWRAP="/nonexistent/bwrap")
-    return subprocess.run([sys.executable, "-m", "dlmpipe", "check-sandbox", "--",
-                           *snakemake_args], capture_output=True, text=True, env=env, cwd=REPO)
-
-
-def test_check_sandbox_stops_a_campaign_without_bwrap(tmp_path):
-    proc = _check_sandbox("-n")  # config.yaml: no opt-in
-    assert proc.returncode == 2 and "sudo apt-get install bubblewrap" in proc.stderr
+def test_check_sandbox_stops_a_campaign_without_bwrap(tmp_path, no_bwrap, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)  # the campaign's config.yaml, as `make campaign` runs it
+    assert cli(["check-sandbox", "--", "-n"]) == 2  # config.yaml: no opt-in
+    assert "sudo apt-get install bubblewrap" in capsys.readouterr().err
     opted_in = tmp_path / "campaign.yaml"
     opted_in.write_text((REPO / "tests" / "configs" / "tiny.yaml").read_text()
                         + "sandbox: process\n")
     for args in (["--configfile", str(opted_in)], ["--config", "sandbox=process"]):
-        proc = _check_sandbox(*args)
-        assert proc.returncode == 0, proc.stderr
-        assert f"scoring will use {PROCESS_LEVEL}" in proc.stdout
-        assert "WARNING" in proc.stdout and "weaker than bubblewrap" in proc.stdout
+        status = cli(["check-sandbox", "--", *args])
+        captured = capsys.readouterr()
+        assert status == 0, captured.err
+        assert f"scoring will use {PROCESS_LEVEL}" in captured.out
+        assert "WARNING" in captured.out and "weaker than bubblewrap" in captured.out
 
 
 def test_make_campaign_checks_the_sandbox_before_snakemake():
