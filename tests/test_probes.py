@@ -71,28 +71,28 @@ FULL_PAIRS = [(s, c) for s, c in PAIRS  # on a full-attention model (block-causa
 def test_the_shadow_probe_leaves_the_main_trajectory_bit_identical(sampler, cache):
     """Tokens, logits (hence confidences), refresh decisions, random state, steps, NFE,
     revisions and every statistic of a probed run equal an unprobed run's, update by update:
-    probing every update, and half the cached ones (one unprobed run, the reference of both)."""
+    one run probed by two probes, one probing every update and one half the cached ones (each
+    probe's own path runs on updates the other skips: the latter's rate and cached-only skips,
+    the former's refresh updates), against one unprobed run."""
     model = tiny_backbone("llada", seed=6, n_layers=2)
     prompt = random_prompt(8, 6)
     s_spec, c_spec = sampler_spec(sampler), cache_spec(cache)
     plain = Recorder()
     ref, ref_sampler, ref_gen = decode_with(model, s_spec, c_spec, prompt, plain)
-    for steps, rate in (("all", 1.0), ("cached", 0.5)):
-        probe = ShadowProbe(rate=rate, steps=steps, seed=1).start("x")
-        probed = Recorder(probe)
-        got, got_sampler, got_gen = decode_with(model, s_spec, c_spec, prompt, probed)
-        assert torch.equal(got.response, ref.response) and got.stats == ref.stats, steps
-        assert len(probed.steps) == len(plain.steps) == ref.stats["steps"], steps
-        for (la, xa, ca), (lb, xb, cb) in zip(probed.steps, plain.steps):
-            assert torch.equal(la.nan_to_num(), lb.nan_to_num()) and torch.equal(xa, xb) and ca == cb, steps
-        assert torch.equal(got_gen.get_state(), ref_gen.get_state()), steps
-        for key, value in vars(ref_sampler).items():  # e.g. Saber's acceptance confidences
-            assert same(value, vars(got_sampler)[key]), (steps, key)
-        if steps == "all":
-            assert len(probe.records) == ref.stats["steps"]
-        else:
-            assert all(r["cached"] for r in probe.records)
-            assert len(probe.records) <= ref.stats["cached_forwards"]
+    every = ShadowProbe(rate=1.0, steps="all", seed=1).start("x")
+    half = ShadowProbe(rate=0.5, steps="cached", seed=1).start("x")
+    probed = Recorder(every, half)
+    got, got_sampler, got_gen = decode_with(model, s_spec, c_spec, prompt, probed)
+    assert torch.equal(got.response, ref.response) and got.stats == ref.stats
+    assert len(probed.steps) == len(plain.steps) == ref.stats["steps"]
+    for (la, xa, ca), (lb, xb, cb) in zip(probed.steps, plain.steps):
+        assert torch.equal(la.nan_to_num(), lb.nan_to_num()) and torch.equal(xa, xb) and ca == cb
+    assert torch.equal(got_gen.get_state(), ref_gen.get_state())
+    for key, value in vars(ref_sampler).items():  # e.g. Saber's acceptance confidences
+        assert same(value, vars(got_sampler)[key]), key
+    assert len(every.records) == ref.stats["steps"]
+    assert all(r["cached"] for r in half.records)
+    assert len(half.records) <= ref.stats["cached_forwards"]
 
 
 def test_k1_shows_zero_action_disagreement():
