@@ -105,18 +105,28 @@ _EVALPLUS_KEYS = ("task_id", "prompt", "entry_point", "canonical_solution", "bas
 
 
 # Tagged JSON: tuples, sets and complex numbers survive in the task file's test specs
+_UNTAGGED = frozenset({str, int, float, bool, type(None)})  # what JSON keeps as it is
+
+
 def to_tagged(x):
+    if type(x) in _UNTAGGED:
+        return x
     if isinstance(x, tuple):
-        return {"__tuple__": [to_tagged(i) for i in x]}
+        return {"__tuple__": _tagged_items(x)}
     if isinstance(x, (set, frozenset)):
-        return {"__set__": [to_tagged(i) for i in x]}
+        return {"__set__": _tagged_items(x)}
     if isinstance(x, complex):
         return {"__complex__": [x.real, x.imag]}
     if isinstance(x, list):
-        return [to_tagged(i) for i in x]
+        return _tagged_items(x)
     if isinstance(x, dict):
-        return {k: to_tagged(v) for k, v in x.items()}
+        return {k: v if type(v) in _UNTAGGED else to_tagged(v) for k, v in x.items()}
     return x
+
+
+def _tagged_items(items) -> list:
+    # the leaves without a call each: HumanEval+'s inputs hold ~1M (its load ~0.63 -> ~0.50 s CPU)
+    return [i if type(i) in _UNTAGGED else to_tagged(i) for i in items]
 
 
 def from_tagged(obj: dict):
