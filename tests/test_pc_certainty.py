@@ -32,6 +32,13 @@ GEN = 16
 NONE = {"name": "none"}
 
 
+def model_for(family: str, seed: int):
+    """The tests' tiny models: two layers. The model is the rules' source of logits, nothing per
+    layer is under test (issue 46: three quarters of 3 layers' cost); the new scores and the
+    calibration still change decisions on them (test_the_new_scores_change_decisions)."""
+    return tiny_backbone(family, seed=seed, n_layers=2)
+
+
 def dlmpipe_states(model, sampler: dict, prompt, seed: int = 0) -> list[torch.Tensor]:
     """The response after every step of dlmpipe's sampler (full recompute)."""
     s, c = build_method({"sampler": sampler, "cache": NONE}, model)
@@ -173,7 +180,7 @@ def corpus_file(tmp_path_factory):
 def test_default_llada_confidence_is_llada_generate(family):
     """The default (confidence: probability) is LLaDA's released rule, unchanged."""
     for seed, (block, steps, temp) in enumerate([(16, 16, 0.0), (8, 8, 0.0), (8, 16, 0.8)]):
-        model = tiny_backbone(family, seed=seed)
+        model = model_for(family, seed)
         prompt = random_prompt(6 + seed, seed)
         want = llada_generate(model, prompt, steps, block, temp, seed)
         for spec in ({}, {"confidence": "probability"}):
@@ -186,7 +193,7 @@ def test_default_llada_confidence_is_llada_generate(family):
 @pytest.mark.parametrize("alg", ["maskgit_plus", "topk_margin", "entropy"])
 def test_confidence_variants_are_d2cache_sample_tokens(family, alg):
     for seed, (block, k) in enumerate([(16, 1), (8, 2)]):
-        model = tiny_backbone(family, seed=seed + 3)
+        model = model_for(family, seed + 3)
         prompt = random_prompt(7, seed)
         want = d2cache_vanilla(model, prompt, block, k, alg, sigma=None)
         got = dlmpipe_states(model, {"name": "llada_confidence", "block_length": block,
@@ -200,7 +207,7 @@ def test_confidence_variants_are_d2cache_sample_tokens(family, alg):
                                        (3.0, "entropy")])
 def test_certainty_prior_is_d2cache_decoding_with_sigma(family, sigma, alg):
     for seed, (block, k) in enumerate([(16, 1), (16, 2), (8, 1)]):
-        model = tiny_backbone(family, seed=seed + 5)
+        model = model_for(family, seed + 5)
         prompt = random_prompt(5 + 2 * seed, seed)
         want = d2cache_vanilla(model, prompt, block, k, alg, sigma)
         got = dlmpipe_states(model, {"name": "certainty_prior", "block_length": block,
@@ -214,7 +221,7 @@ def test_certainty_prior_is_d2cache_decoding_with_sigma(family, sigma, alg):
 def test_pc_sampler_is_generate_with_pc_sampler(family, corpus_file, lambd, alpha):
     score = released_pc_score(corpus_file, lambd, alpha)
     for seed, (block, steps, temp) in enumerate([(16, 16, 0.0), (8, 8, 0.0), (8, 16, 0.8)]):
-        model = tiny_backbone(family, seed=seed + 9)
+        model = model_for(family, seed + 9)
         prompt = random_prompt(6, seed)
         want = llada_generate(model, prompt, steps, block, temp, seed, score=score)
         got = dlmpipe_states(model, {"name": "pc_sampler", "block_length": block, "steps": steps,
@@ -232,12 +239,15 @@ def test_the_new_scores_change_decisions(family):
                 "margin": {"name": "llada_confidence", "confidence": "topk_margin"}}
     differs = dict.fromkeys(variants, False)
     for seed in range(4):
-        model = tiny_backbone(family, seed=seed)
+        if all(differs.values()):
+            break  # (each change already seen: the verdict is the same)
+        model = model_for(family, seed)
         prompt = random_prompt(6, seed)
         base = dlmpipe_states(model, {"name": "llada_confidence"}, prompt)
         for key, spec in variants.items():
-            states = dlmpipe_states(model, spec, prompt)
-            differs[key] |= any(not torch.equal(a, b) for a, b in zip(states, base))
+            if not differs[key]:
+                states = dlmpipe_states(model, spec, prompt)
+                differs[key] = any(not torch.equal(a, b) for a, b in zip(states, base))
     assert all(differs.values()), differs
 
 
@@ -245,7 +255,9 @@ def test_the_new_scores_change_decisions(family):
 def test_the_calibration_changes_decisions(family, corpus_file):
     changed = False
     for seed in range(4):
-        model = tiny_backbone(family, seed=seed)
+        if changed:
+            break  # (seen: the verdict is the same)
+        model = model_for(family, seed)
         prompt = random_prompt(6, seed)
         plain = dlmpipe_states(model, {"name": "pc_sampler", "lambd": 0}, prompt)
         calibrated = dlmpipe_states(model, {"name": "pc_sampler", "lambd": 0,
@@ -423,7 +435,7 @@ def test_captured_scoring_decodes_the_eager_tokens(monkeypatch, family, corpus_f
     give the eager tokens, captured once per sampler and shape (the prior and the weights are
     allocated before the capture and kept across samples)."""
     monkeypatch.setitem(graphs.CAPTURE, "cpu", replay_capture)
-    model = tiny_backbone(family, seed=3, n_layers=2)  # (the capture is the sampler's, not the model's)
+    model = model_for(family, 3)  # (the capture is the sampler's, not the model's)
     specs = [{"name": "llada_confidence", "confidence": c, "temperature": t}
              for c in ("probability", "maskgit_plus", "topk_margin", "entropy") for t in (0, 0.7)]
     specs += [{"name": "certainty_prior", "sigma": 2.0, "block_length": 8},
@@ -495,7 +507,7 @@ def test_no_step_reads_back_with_a_corpus_or_a_prior(monkeypatch, family, corpus
     the density weights are built outside the steps, so no step reads anything back."""
     from .host_sync import host_reads, per_step_reads
 
-    model = tiny_backbone(family, seed=4)
+    model = model_for(family, 4)
     prompt = random_prompt(9, 4)
     for spec in ({"name": "pc_sampler", "baseline_name": str(corpus_file), "block_length": 8},
                  {"name": "certainty_prior", "sigma": 3.0, "temperature": 0.7}):
