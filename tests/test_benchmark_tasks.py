@@ -6,6 +6,7 @@ import base64
 import gzip
 import json
 import pickle
+import sys
 import zlib
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from dlmpipe.cli import main as cli
 from dlmpipe.scoring.code import Settings, parse_test
 from dlmpipe.scoring.score import score_sample
-from dlmpipe.tasks.sources import DATA_ENV, data_dirs, resolve_source
+from dlmpipe.tasks.sources import DATA_ENV, data_dirs, read_records, resolve_source
 from dlmpipe.tasks.extract import defines
 from dlmpipe.tasks.livecodebench import pickled_string
 from dlmpipe.tasks.registry import TASK_COLUMNS, TASKS, load_task
@@ -117,12 +118,13 @@ def test_missing_and_malformed_files_name_the_file(tmp_path, monkeypatch):
     gz.write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(ValueError, match="broken.jsonl.gz"):
         load_task("mbpp_plus", source=str(gz))
-    with pytest.raises(ValueError, match="datasets"):  # a dataset id needs the datasets package
-        try:
-            import datasets  # noqa: F401
-            pytest.skip("datasets installed: would try the network")
-        except ImportError:
-            load_task("gsm8k", source="openai/gsm8k")
+    # reading a dataset id needs the datasets package: as where it is not installed (it is
+    # here, with lm-eval), read_records says so before fetching anything (load_task first pins
+    # the id's revision on the hub, which needs the network)
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
+    with pytest.raises(ValueError, match="gsm8k: 'openai/gsm8k:main' is not a local file.*"
+                                         "needs the `datasets` package"):
+        read_records("gsm8k", "openai/gsm8k:main")
 
 
 def test_default_lookup_uses_env_dir(tmp_path, monkeypatch):
