@@ -34,11 +34,12 @@ def gsm8k():
 
 @pytest.fixture(scope="module")
 def gsm8k_rows(gsm8k) -> list[dict]:
-    """The first three task rows of zero-shot GSM8K (``load_lm_eval`` builds every doc's
-    request: ~1 s), for the tests that read them."""
+    """The first three task rows of zero-shot GSM8K, for the tests that read them (``limit``:
+    only their requests built, as lm-eval's evaluator does; that they are the first rows of all:
+    test_gsm8k_exact_match_through_dlmpipe_equals_lm_evals_own)."""
     from dlmpipe.lmeval.campaign import load_lm_eval
 
-    return load_lm_eval("gsm8k", num_fewshot=0, **gsm8k)[:3]
+    return load_lm_eval("gsm8k", num_fewshot=0, limit=3, **gsm8k)
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +113,11 @@ GSM8K_STYLES = [  # the first docs' answers are 18, 3, 70000, 540, 20, 64
 ]
 
 
-def test_gsm8k_exact_match_through_dlmpipe_equals_lm_evals_own(gsm8k):
+def test_gsm8k_exact_match_through_dlmpipe_equals_lm_evals_own(gsm8k, tmp_path):
     """The score stage's lm-eval verdicts (lm_eval_verdicts: the task rebuilt from the task
     row, lm-eval's filters and process_results) equal lm-eval's evaluator's, filter by filter,
-    on the same completions; the campaign's prompts are lm-eval's."""
+    on the same completions; the campaign's prompts are lm-eval's, and a limit gives the first
+    rows of all."""
     from dlmpipe.lmeval.campaign import lm_eval_verdicts, load_lm_eval
     from dlmpipe.lmeval.tasks import load_task
 
@@ -123,7 +125,7 @@ def test_gsm8k_exact_match_through_dlmpipe_equals_lm_evals_own(gsm8k):
     results = _evaluate(Fixed(GSM8K_STYLES), load_task("gsm8k", num_fewshot=2, **gsm8k), n,
                         num_fewshot=2)
     own = _lm_eval_verdicts(results, "gsm8k")
-    rows = load_lm_eval("gsm8k", num_fewshot=2, **gsm8k)[:n]
+    rows = load_lm_eval("gsm8k", num_fewshot=2, limit=n, **gsm8k)
     assert _through_dlmpipe(rows, GSM8K_STYLES) == own
     assert [own[i]["exact_match,strict-match"] for i in range(n)] == [1, 0, 1, 0, 0, 0]
     assert [own[i]["exact_match,flexible-extract"] for i in range(n)] == [1, 1, 1, 0, 0, 1]
@@ -134,6 +136,14 @@ def test_gsm8k_exact_match_through_dlmpipe_equals_lm_evals_own(gsm8k):
     contexts = {s["doc_id"]: s["arguments"][0][0] for s in results["samples"]["gsm8k"]}
     assert [r["prompt"] for r in rows] == [contexts[i] for i in range(n)]
     assert rows[0]["prompt"].count("Question:") == 3 and rows[0]["kind"] == "math"
+    # a limit (the task's, load_lm_eval's) builds only the first docs' requests: the same rows
+    # as the first of all (shown on the file's first 20 docs, all of whose requests are cheap)
+    head = tmp_path / "gsm8k_head.jsonl"
+    with open(gsm8k["dataset_kwargs"]["data_files"]["test"]) as f:
+        head.write_text("".join(f.readlines()[:20]))
+    small = {"dataset_kwargs": {"data_files": {"test": str(head)}}}
+    assert load_lm_eval("gsm8k", num_fewshot=2, limit=n, **small) == \
+        load_lm_eval("gsm8k", num_fewshot=2, **small)[:n]
 
 
 def test_a_multiple_choice_set_both_verdicts_and_where_they_differ(date_understanding):

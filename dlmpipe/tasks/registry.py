@@ -76,9 +76,10 @@ def task_rows(name: str, options: dict) -> int:
 
 
 def loader_options(name: str) -> list[str]:
-    """The options a task's loader takes (besides the registry's ``limit`` and ``ids``)."""
+    """The options a task's loader takes (besides the registry's ``limit`` and ``ids``; a loader
+    that takes ``limit`` itself gets the registry's, ``load_task``)."""
     return [p.name for p in inspect.signature(TASKS[name]).parameters.values()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "limit"]
 
 
 def select(rows: list[dict], limit: int | None = None, ids: list[str] | None = None) -> list[dict]:
@@ -140,6 +141,8 @@ def load_task(name: str, **options) -> list[dict]:
                          f"{', '.join(loader_options(name) + ['limit', 'ids', 'revision'])}")
     if dataset_options(options):
         options = pin_datasets(options, revision)
+    if limit is not None and not ids and "limit" in inspect.signature(TASKS[name]).parameters:
+        options["limit"] = limit  # the loader reads only the first rows (lm-eval: their requests)
     rows = select(TASKS[name](**options), limit=limit, ids=ids)
     columns = TASK_COLUMNS + [c for c in OPTIONAL_COLUMNS if any(c in r for r in rows)]
     return [{c: str(r.get(c, "") or "") for c in columns} for r in rows]
