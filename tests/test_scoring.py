@@ -326,8 +326,13 @@ def test_score_samples_mbpp_plus_canonical(tmp_path, capsys):
     assert numbers["base"] >= 99.0 and numbers["plus"] >= 99.0, numbers
 
 
-def test_score_sample_wrong_solution_fails_plus_only():
-    source = data_file("HumanEvalPlus-v0.1.10.jsonl.gz")
+def test_score_sample_wrong_solution_fails_plus_only(tmp_path):
+    # HumanEval/0, the file's first line, alone (test_benchmark_tasks loads all 164 problems)
+    with gzip.open(data_file("HumanEvalPlus-v0.1.10.jsonl.gz"), "rt") as f:
+        first = f.readline()
+    assert json.loads(first)["task_id"] == "HumanEval/0"
+    source = tmp_path / "HumanEval_0.jsonl"
+    source.write_text(first)
     row = {**load_task("humaneval_plus", source=str(source), ids=["HumanEval/0"])[0],
            "response_prefix": ""}
     # right on the base inputs (at most 6 numbers), wrong on longer plus inputs
