@@ -86,8 +86,10 @@ def test_a_capture_that_could_not_be_unwound_is_not_run_eagerly(monkeypatch):
 def test_captured_steps_decode_the_eager_tokens(cpu_capture, family):
     """Archer's cached forward and LLaDA confidence's scoring, captured once per shape and
     replayed, give the eager tokens and statistics; a sample of the same shape reuses the
-    capture, another prompt length captures again; a copy (snapshots) captures its own."""
-    model = tiny_backbone(family, seed=3)
+    capture, another prompt length captures again; a copy (snapshots) captures its own. Two
+    layers: the cached forward's every per-layer path (layer 0's K/V and a later layer's, which
+    reads layer 0's output) is in the capture (issue 46)."""
+    model = tiny_backbone(family, seed=3, n_layers=2)
     for sampler in (SABER, LLADA, {**LLADA, "temperature": 1.0}):
         s, c = build_method({"sampler": sampler, "cache": ARCHER_INF}, model, compile="cuda_graphs")
         for i, p_len in enumerate((7, 7, 12)):
