@@ -154,23 +154,37 @@ def checkpoint_parameters(path: Path) -> int | None:
     return sum(math.prod(e["shape"]) for f in files for e in _header(f).values())
 
 
+def toy_defaults() -> dict:
+    """train_toy's keyword defaults that are literals (the toy's sizes among them), read from
+    dlmpipe/backbones/toy.py's source: importing it imports torch, about 1.5 s of CPU that a
+    plan or a dry run of a campaign on GPUs (which sizes each toy backbone) would pay for four
+    numbers."""
+    import ast
+
+    source = (Path(__file__).parent / "backbones" / "toy.py").read_text()
+    (train_toy,) = [node for node in ast.parse(source).body
+                    if isinstance(node, ast.FunctionDef) and node.name == "train_toy"]
+    args = train_toy.args
+    defaults = {}
+    for arg, default in zip(args.args[len(args.args) - len(args.defaults):], args.defaults):
+        try:
+            defaults[arg.arg] = ast.literal_eval(default)
+        except ValueError:  # not a literal (log=print): no size
+            pass
+    return defaults
+
+
 def backbone_size(campaign, backbone: str) -> Size | None:
     """``backbone``'s size: from its config.json where the directory is there (a shipped
     checkpoint's always is), a toy's options, else ``KNOWN_CHECKPOINTS`` by the backbone's and
     its directory's names; None when none of them tells."""
-    import inspect
-
     from .backbones.identity import TOY, BackboneIdentity, checkpoint_identity
 
     spec = campaign.config["backbones"][backbone]
     # a Hub checkpoint: the folder of its config.json (fetched, or downloaded alone)
     path = campaign.hub.config_folder(backbone) if "hub" in spec else campaign.checkpoint_path(backbone)
     if "toy" in spec:  # trained by the workflow: train_toy's defaults and the campaign's options
-        from .backbones.toy import train_toy
-
-        defaults = {k: p.default for k, p in inspect.signature(train_toy).parameters.items()
-                    if p.default is not inspect.Parameter.empty}
-        o = {**defaults, **spec["toy"]}
+        o = {**toy_defaults(), **spec["toy"]}
         n = parameters(o["d_model"], o["n_layers"], o["n_heads"], o["n_heads"], o["mlp_hidden"],
                        TOY_VOCABULARY, False)
         return Size(n, o["n_layers"], TOY, "toy options", char_tokens=True,
