@@ -17,7 +17,8 @@ import pytest
 
 from dlmpipe.cli import main as cli
 from dlmpipe.scoring.answers import latex_value, math_equal, normalize_math, score_math
-from dlmpipe.scoring.score import score_generations, score_sample
+from dlmpipe.scoring import score as score_module
+from dlmpipe.scoring.score import score_generations, score_many, score_sample
 from dlmpipe.scoring.code import Settings, run_code, suites_for
 from dlmpipe.scoring.extraction import final_answer, gsm8k_strict, last_number
 from dlmpipe.scoring.levels import isolation
@@ -378,11 +379,36 @@ def test_reference_outputs_are_computed_once_and_reused(monkeypatch):
     suites = suites_for(broken, Settings())
     for suite, column in zip(suites, ("test", "plus_test")):
         suite["expected"] = refs.blobs[(row[column], isolation().python)]
-    again = run_suites(right, suites, iso=isolation())
+    sent_again = []
+    again = run_suites(right, suites, iso=isolation(), on_references=sent_again.append)
     assert {n: o.status for n, o in again.suites.items()} == {"base": "passed", "plus": "passed"}
-    assert not again.references
+    assert not again.references and sent_again == [{}]  # its pipe carried nothing
     fresh = run_code(broken, right, Settings(), references=References())
     assert fresh.suites["base"].status == "error" and "reference" in fresh.suites["base"].detail
+    # a sample that shares nothing (no later sample of its problem) uses the stored outputs (the
+    # broken reference never runs), and computes missing ones without sending them back
+    stored = References()
+    for column in ("test", "plus_test"):
+        stored.blobs[(broken[column], isolation().python)] = refs.blobs[(row[column],
+                                                                         isolation().python)]
+    assert run_code(broken, right, Settings(), references=stored, share=False).passed
+    alone = References()
+    lone = run_code(row, wrong, Settings(), references=alone, share=False)
+    assert lone.suites["base"].status == "failed" and not lone.references and not alone.blobs
+
+
+def test_only_problems_with_more_samples_in_the_batch_share_reference_outputs(monkeypatch):
+    shared = []
+
+    def score_code(row, completion, settings, iso, share):
+        shared.append((row["task_id"], share))
+        return {"passed": True}
+
+    monkeypatch.setattr(score_module, "score_code", score_code)
+    rows = [_differential_row(f"def f(x):\n    return x + {i}\n", [[1]]) for i in range(3)]
+    rows = [{**r, "task_id": f"d/{i}"} for i, r in enumerate(rows)]
+    score_many([(rows[0], "a"), (rows[1], "b"), (rows[0], "c"), (rows[2], "d")], workers=1)
+    assert shared == [("d/0", True), ("d/1", False), ("d/0", True), ("d/2", False)]
 
 
 def test_the_candidate_cannot_reach_the_reference_pipe():

@@ -44,6 +44,11 @@ class References:
                 return None, False
             event.wait()
 
+    def stored(self, key: tuple) -> str | None:
+        """The stored text, without claiming or waiting (a sample that shares nothing)."""
+        with self.guard:
+            return self.blobs.get(key)
+
     def settle(self, key: tuple, blob: str | None) -> None:
         """Store what a run sent back (nothing: later samples compute it themselves)."""
         with self.guard:

@@ -216,7 +216,8 @@ def run_suites(program: str, suites: list[dict], *, iso: Isolation, wall_s: floa
     """Run ``program`` then each test suite in one fresh sandbox of ``iso`` (chosen and checked
     by levels.isolation, which runs its self-check through here); one outcome per suite.
     ``on_references(dict)`` is called with the fresh reference outputs as soon as they arrived
-    (before the candidate's verdict), and once at the end if they never did."""
+    (before the candidate's verdict), and once at the end if they never did; without it the
+    driver gets no reference pipe and sends nothing back (nobody would reuse the outputs)."""
     wall = float(wall_s or default_wall_s(suites, load_time_limit))
     cpu_s = math.ceil(wall) + 1
     token = secrets.token_hex(16)
@@ -256,7 +257,8 @@ def run_suites(program: str, suites: list[dict], *, iso: Isolation, wall_s: floa
         while True:
             rc, timed_out, out, err, sig, refs, elapsed = _execute(
                 iso, limits, cpu_s, wall, payload, env, popen_kwargs,
-                shared=sum(s.get("format") == "evalplus" for s in suites), notify=notify,
+                shared=sum(s.get("format") == "evalplus" for s in suites) if notify else 0,
+                notify=notify,
                 boot=bool(driver))
             if timed_out or ready in sig or time.monotonic() > give_up:
                 break

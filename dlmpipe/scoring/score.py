@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,11 +35,12 @@ LM_EVAL_FIELDS = [("lm_eval_score", pa.float64()), ("lm_eval_metric", pa.string(
 
 
 def score_sample(task_row: dict, completion: str, settings: Settings,
-                 iso: Isolation | None = None) -> dict:
-    """Score columns for one completion of one task row, whatever its kind."""
+                 iso: Isolation | None = None, share: bool = True) -> dict:
+    """Score columns for one completion of one task row, whatever its kind (``share``: a code
+    sample's reference outputs may serve later samples, code.run_code)."""
     kind = task_row.get("kind", "")
     if kind == "code":
-        return score_code(task_row, completion, settings, iso)
+        return score_code(task_row, completion, settings, iso, share)
     if kind not in ANSWER_KINDS:
         return {"passed": False, "score": 0.0, "status": "error",
                 "detail": f"unknown task kind {kind!r}", "isolation": "none"}
@@ -59,8 +61,14 @@ def score_many(pairs: list[tuple[dict, str]], workers: int = 0, settings: Settin
     workers = workers or os.cpu_count() or 1
     results: list[dict] = [{}] * len(pairs)
     start, done = time.monotonic(), 0
+    # a problem's reference outputs come back from its sandbox only where another sample of
+    # the batch can use them (one sample per problem, e.g. greedy decoding: none ever would)
+    suites = Counter(row.get(c) for row, _ in pairs for c in ("test", "plus_test") if row.get(c))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(score_sample, row, text, settings, iso) for row, text in pairs]
+        futures = [pool.submit(score_sample, row, text, settings, iso,
+                               any(suites[row.get(c)] > 1 for c in ("test", "plus_test")
+                                   if row.get(c)))
+                   for row, text in pairs]
         for i, fut in enumerate(futures):
             results[i] = fut.result()
             done += 1
