@@ -15,6 +15,10 @@ from pathlib import Path
 # backbones: parameters without the weights
 # ------------------------------------------------------------------------------------------
 TOY_VOCABULARY = 128  # train_toy's vocabulary (characters and LLaDA's special tokens)
+#: train_toy's size defaults, here because backbones/toy.py imports torch (a plan or a dry run of
+#: a campaign on GPUs sizes each toy backbone without it); tests/test_plan_checks.py keeps them
+#: equal to train_toy's signature
+TOY_SIZE = {"d_model": 128, "n_layers": 4, "n_heads": 4, "mlp_hidden": 384}
 #: config.json architecture of the published checkpoints, for backbones whose directory is not
 #: there yet: (pattern searched in the backbone's names, label, family, d_model, layers, heads,
 #: kv heads, mlp, vocabulary)
@@ -154,26 +158,6 @@ def checkpoint_parameters(path: Path) -> int | None:
     return sum(math.prod(e["shape"]) for f in files for e in _header(f).values())
 
 
-def toy_defaults() -> dict:
-    """train_toy's keyword defaults that are literals (the toy's sizes among them), read from
-    dlmpipe/backbones/toy.py's source: importing it imports torch, about 1.5 s of CPU that a
-    plan or a dry run of a campaign on GPUs (which sizes each toy backbone) would pay for four
-    numbers."""
-    import ast
-
-    source = (Path(__file__).parent / "backbones" / "toy.py").read_text()
-    (train_toy,) = [node for node in ast.parse(source).body
-                    if isinstance(node, ast.FunctionDef) and node.name == "train_toy"]
-    args = train_toy.args
-    defaults = {}
-    for arg, default in zip(args.args[len(args.args) - len(args.defaults):], args.defaults):
-        try:
-            defaults[arg.arg] = ast.literal_eval(default)
-        except ValueError:  # not a literal (log=print): no size
-            pass
-    return defaults
-
-
 def backbone_size(campaign, backbone: str) -> Size | None:
     """``backbone``'s size: from its config.json where the directory is there (a shipped
     checkpoint's always is), a toy's options, else ``KNOWN_CHECKPOINTS`` by the backbone's and
@@ -184,7 +168,7 @@ def backbone_size(campaign, backbone: str) -> Size | None:
     # a Hub checkpoint: the folder of its config.json (fetched, or downloaded alone)
     path = campaign.hub.config_folder(backbone) if "hub" in spec else campaign.checkpoint_path(backbone)
     if "toy" in spec:  # trained by the workflow: train_toy's defaults and the campaign's options
-        o = {**toy_defaults(), **spec["toy"]}
+        o = {**TOY_SIZE, **spec["toy"]}
         n = parameters(o["d_model"], o["n_layers"], o["n_heads"], o["n_heads"], o["mlp_hidden"],
                        TOY_VOCABULARY, False)
         return Size(n, o["n_layers"], TOY, "toy options", char_tokens=True,

@@ -141,7 +141,7 @@ def test_a_block_longer_than_gen_length_is_refused(tiny_config):
 
 def test_a_toys_heads_divide_its_width_and_its_defaults_are_train_toys(tiny_config):
     from dlmpipe.backbones.toy import train_toy
-    from dlmpipe.campaign.backbones import TOY_WIDTHS
+    from dlmpipe.sizes import TOY_SIZE
 
     tiny_config["backbones"]["toy"]["toy"]["d_model"] = 30
     tiny_config["backbones"]["toy"]["toy"]["n_heads"] = 4
@@ -149,7 +149,7 @@ def test_a_toys_heads_divide_its_width_and_its_defaults_are_train_toys(tiny_conf
         "backbones.toy.toy.d_model: 30 is not a multiple of n_heads 4 (each head is d_model / "
         "n_heads wide)"]
     defaults = {k: p.default for k, p in inspect.signature(train_toy).parameters.items()}
-    assert TOY_WIDTHS == {k: defaults[k] for k in TOY_WIDTHS}
+    assert TOY_SIZE == {k: defaults[k] for k in TOY_SIZE}
 
 
 # ---- c. weight pins against the files on disk ----------------------------------------------------

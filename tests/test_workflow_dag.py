@@ -32,23 +32,6 @@ def test_generate_jobs_ask_for_a_gpu_on_cuda(tmp_path, warm_snakemake):
     assert "--device cuda --compile cuda_graphs" in proc.stdout
 
 
-def test_a_toys_size_is_planned_from_train_toys_own_defaults():
-    """The plan sizes a toy backbone (the GPUs of a CUDA campaign's jobs) from train_toy's
-    defaults, read from its source without importing torch (dlmpipe/sizes.py's toy_defaults):
-    the same values as its signature's."""
-    import inspect
-
-    from dlmpipe.sizes import toy_defaults
-
-    defaults = toy_defaults()
-    assert {"d_model", "n_layers", "n_heads", "mlp_hidden"} <= set(defaults)
-    from dlmpipe.backbones.toy import train_toy
-
-    signature = {k: p.default for k, p in inspect.signature(train_toy).parameters.items()}
-    assert defaults == {k: v for k, v in signature.items() if k in defaults}
-    assert set(signature) - set(defaults) <= {"out_dir", "log", "prefix_steps"}  # not literals
-
-
 def test_generate_jobs_decode_with_the_effective_gen_length(tmp_path, warm_snakemake, tiny_config,
                                                             write_config):
     tiny_config["methods"]["scaling"] = {"sampler": {"name": "dream"}, "cache": {"name": "none"},

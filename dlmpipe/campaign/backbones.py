@@ -13,11 +13,9 @@ from ..backbones.checkpoint_config import Widths, read_widths
 from ..backbones.identity import TOY, BackboneIdentity, CheckpointError, checkpoint_identity, shipped_identity
 from ..backbones.pins import sha256_problems
 from ..backbones.shipped import RECORD, SHIPPED_DIR, read_record, shipped_names
+from ..sizes import TOY_SIZE
 from .hashes import HashCache
 
-#: train_toy's defaults of the widths (backbones/toy.py imports torch; tests/test_plan_checks.py
-#: keeps the two equal)
-TOY_WIDTHS = {"d_model": 128, "n_heads": 4}
 
 
 def checkpoint_path(spec: dict, hub=None, name: str | None = None) -> Path | None:
@@ -60,7 +58,7 @@ def backbone_problems(backbones: dict[str, dict], hashes: HashCache | None = Non
             if "sha256" in b:
                 problems.append(f"backbones.{name}.sha256: a trained toy's weights depend on the "
                                 "machine's CPU kernels; pin a `shipped:` or `path:` checkpoint")
-            d, heads = (b["toy"].get(k, TOY_WIDTHS[k]) for k in ("d_model", "n_heads"))
+            d, heads = (b["toy"].get(k, TOY_SIZE[k]) for k in ("d_model", "n_heads"))
             if d % heads:
                 problems.append(f"backbones.{name}.toy.d_model: {d} is not a multiple of n_heads "
                                 f"{heads} (each head is d_model / n_heads wide)")
@@ -123,7 +121,7 @@ class Checkpoints:
         if backbone not in self._widths:
             b = self.specs[backbone]
             if "toy" in b:
-                d, heads = (b["toy"].get(k, TOY_WIDTHS[k]) for k in ("d_model", "n_heads"))
+                d, heads = (b["toy"].get(k, TOY_SIZE[k]) for k in ("d_model", "n_heads"))
                 self._widths[backbone] = Widths(d, heads, heads, f"backbones.{backbone}.toy")
             elif (folder := self._config_folder(backbone)) is None:
                 self._widths[backbone] = CheckpointError(
