@@ -17,31 +17,11 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 ours="$PWD/profiles/slurm"
 
-# where Snakemake itself finds `--profile slurm` now (empty: nowhere), and the user's directory.
-# Snakemake's own get_profile_dir, read from snakemake/cli.py and run without importing its
-# command line (which imports the whole of Snakemake, pandas and SQLAlchemy: ~1 s of CPU, ~0.1 s
-# this way); where that function needs more than the names given here, the full import.
+# where Snakemake itself finds `--profile slurm` now (empty: nowhere), and the user's directory
 lookup=$("$PYTHON" -c '
-import ast, importlib.util, os, re
-from pathlib import Path
-from snakemake.common import __version__, get_appdirs
-
-def snakemakes(name):
-    origin = importlib.util.find_spec("snakemake.cli").origin
-    (function,) = [node for node in ast.parse(Path(origin).read_text()).body
-                   if isinstance(node, ast.FunctionDef) and node.name == name]
-    function.returns = None  # annotations name typing, which it does not need
-    for arg in function.args.args:
-        arg.annotation = None
-    names = {"os": os, "re": re, "Path": Path, "__version__": __version__, "get_appdirs": get_appdirs}
-    exec(compile(ast.Module([function], []), origin, "exec"), names)
-    return names[name]
-
-try:
-    found = snakemakes("get_profile_dir")("slurm")
-except Exception:
-    from snakemake.cli import get_profile_dir
-    found = get_profile_dir("slurm")
+from snakemake.cli import get_profile_dir
+from snakemake.common import get_appdirs
+found = get_profile_dir("slurm")
 print(found[0] if found else "")
 print(get_appdirs().user_config_dir)')
 found=$(sed -n 1p <<<"$lookup")
