@@ -53,6 +53,16 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def warmup_needed(device: torch.device, compile: str) -> bool:
+    """Whether timing a decode needs a whole untimed decode first: on a GPU (context, library
+    handles, kernel choices per shape, CUDA graph captures) and under any ``compile`` mode
+    (capture or compilation on first call). On the CPU with eager kernels what a first call pays
+    for is paid in a decode's first updates (the timing jobs warm with those,
+    ``timing.WARMUP_STEPS``; the generate jobs, whose times are their cost, with nothing;
+    measured in docs/METHODS.md §3)."""
+    return device.type != "cpu" or compile != "none"
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -299,7 +309,7 @@ def run_generation_job(manifest: str, task_file: str, method: dict, out: str, pr
             gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
             return len(prompt), decode(job.model, job.sampler, job.cache, prompt, gen_len, gen, observer)
 
-        if warmup:
+        if warmup and warmup_needed(dev, compile):
             run(todo[0])  # one warm-up generation, untimed (measurement convention)
         batch = min(resolved_batch, len(todo))
         if batch > 1:

@@ -3,8 +3,9 @@
 Speedups from separate generate jobs compare times taken minutes apart, under whatever else
 the machine was doing then; on a CPU that noise is as large as the effects. One timing job per
 (backbone, task, method) loads the model once, warms the method and the campaign's reference
-method up, then decodes the same samples with both, alternating which goes first for each
-(repeat, sample), and writes every synchronized time. ``dlmpipe.analysis.speedup`` turns them
+method up (on the CPU with eager kernels their first ``WARMUP_STEPS`` updates, which warm what a
+first call pays for; elsewhere a whole decode each: ``generate.warmup_needed``), then decodes
+the same samples with both, alternating which goes first for each (repeat, sample), and writes every synchronized time. ``dlmpipe.analysis.speedup`` turns them
 into paired per-sample ratios (the method against the reference on the same sample, in the same
 process, moments apart), and expresses every time of the run on the clock of the reference's own
 run (the job that times the reference alone), so that the times and speedups of all methods of a
@@ -17,9 +18,10 @@ the method (not the reference) decodes the same samples once more, all together 
 size (dlmpipe/batching.py; ``pass`` "throughput", one row per sample with its latency inside the
 batch and the pass's wall time ``pass_s``), from which the summary reads throughput (tokens and
 samples per second). Every row carries the peak memory of its method at its batch size
-(``peak_memory``), measured around the method's untimed warm-up (batch 1) and around its
-throughput pass, each from a reset high-water mark. Every row names the run it belongs to
-(``run``: the method the job times; the reference's rows of a method's job carry that method).
+(``peak_memory``), measured around the method's untimed warm-up (batch 1; on the CPU with eager
+kernels around its first timed decode instead) and around its throughput pass, each from a reset
+high-water mark. Every row names the run it belongs to (``run``: the method the job times; the
+reference's rows of a method's job carry that method).
 """
 from __future__ import annotations
 
@@ -31,10 +33,11 @@ import pyarrow as pa
 import torch
 
 from .arrow import table_from_rows
-from .decode import decode
+from .decode import Decoding, decode
 from .environment import COLUMNS as ENVIRONMENT_COLUMNS
 from .environment import environment
-from .generate import device_name, encode_prompt, resolve_batch_size, resolve_device, sample_seed
+from .generate import (device_name, encode_prompt, resolve_batch_size, resolve_device, sample_seed,
+                       warmup_needed)
 from .io import atomic_write_parquet
 
 TIMING_SCHEMA = pa.schema([
@@ -54,6 +57,12 @@ TIMING_SCHEMA = pa.schema([
     # the environment every method was timed in (one process: one fingerprint per file)
     *((c, pa.string()) for c in ENVIRONMENT_COLUMNS),
 ])
+
+
+#: the CPU warm-up of each method (eager kernels; ``generate.warmup_needed``): its first updates
+#: on the first timed sample (cache construction, cached steps, the sampler's step), not a whole
+#: decode; on a GPU or under ``compile`` a whole decode (shapes, captures)
+WARMUP_STEPS = 4
 
 
 def reset_peak_memory(device: torch.device) -> str:
@@ -159,14 +168,29 @@ def run_timing_job(manifest: str, task_file: str, method: dict, out: str,
         gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
         return decode(model, sampler, cache, prompts[i], gen_len[name], gen)
 
+    @torch.inference_mode()
+    def warm_prefix(name: str, i: int):  # the first WARMUP_STEPS updates of a decode of sample i
+        sampler, cache = built[name]
+        model.use_block_size(block_sizes[name], "method block_size")
+        gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
+        run = Decoding(model, sampler, cache, prompts[i], gen_len[name], gen)
+        for _ in range(WARMUP_STEPS):
+            if run.done:
+                break
+            run.step()
+
     names = list(built)
     log(f"timing {' against '.join(reversed(names))}: {len(indices)} samples x {repeats} repeats, "
         f"batch 1, then a throughput pass of {subject['name']}")
     peaks = {}
+    full_warmup = warmup_needed(dev, compile)
     gc.collect()
     gc.freeze()
-    for name in names:  # warm-up, untimed: allocations, kernels, caches of every method
+    for name in names:  # warm-up, untimed: allocations, kernels, captures of every method
         gc.collect()
+        if not full_warmup:  # the CPU, eager: a prefix warms what a first call pays for
+            warm_prefix(name, indices[0])
+            continue  # its peak memory: around its first timed decode
         kind = reset_peak_memory(dev)
         run(name, indices[0])
         peaks[name] = (peak_memory_mb(dev, kind), kind)
@@ -181,7 +205,13 @@ def run_timing_job(manifest: str, task_file: str, method: dict, out: str,
         for r in range(repeats):
             for j, i in enumerate(indices):
                 for slot, name in enumerate(rotation(names, r * len(indices) + j)):
+                    first = name not in peaks  # no warm-up: the peak around its first decode
+                    if first:
+                        gc.collect()
+                        kind = reset_peak_memory(dev)
                     res = run(name, i)
+                    if first:
+                        peaks[name] = (peak_memory_mb(dev, kind), kind)
                     records.append({**common, "method": name, "sample_index": i, "repeat": r,
                                     "slot": slot, "time_s": res.time_s, "ttft_s": res.ttft_s,
                                     "nfe": res.stats["nfe"], "token_ids": res.response.tolist(),
@@ -208,8 +238,9 @@ def run_timing_job(manifest: str, task_file: str, method: dict, out: str,
 def throughput_pass(model, method: dict, artifacts: dict, compile: str, dev: torch.device,
                     prompts: dict, indices: list[int], rows: list[dict], seed: int, gen_len: int,
                     batch_size: int | str, common: dict) -> list[dict]:
-    """The timed samples decoded together at the batch size (one pass, after a warm-up of the
-    slots on the first sample): one row per sample, each with the pass's wall time."""
+    """The timed samples decoded together at the batch size (one pass; on a GPU or under
+    ``compile`` after a warm-up of the slots on the first sample, on the CPU with eager kernels
+    after the method's batch-1 decodes only): one row per sample, each with the pass's wall time."""
     from .batching import Sample, decode_batched, slot_models
     from .decode import _sync
     from .methods import build_method
@@ -223,7 +254,8 @@ def throughput_pass(model, method: dict, artifacts: dict, compile: str, dev: tor
 
     model.use_block_size(method.get("block_size"), "method block_size")
     slots = [build_method(method, s, artifacts, compile=compile) for s in slot_models(model, batch)]
-    decode_batched(model, slots, [next(samples())], lambda s, r: None)  # warm-up, untimed
+    if warmup_needed(dev, compile):  # the slots' shapes: new kernels, captures on a GPU
+        decode_batched(model, slots, [next(samples())], lambda s, r: None)  # warm-up, untimed
     gc.collect()
     kind = reset_peak_memory(dev)
     results = {}
