@@ -42,7 +42,6 @@ _PRISTINE = dict(_builtins_module.__dict__)
 # Functions defined below resolve builtins here, not in the module the program can patch.
 __builtins__ = dict(_PRISTINE)
 
-import copy  # noqa: E402
 import io  # noqa: E402
 import marshal  # noqa: E402
 import math  # noqa: E402
@@ -56,8 +55,9 @@ try:
 except ImportError:  # not CPython
     import signal
 
-# decimal (stdin suites), json (functional suites), the pickler and binascii (differential
-# suites) are imported only where a suite needs them, always before candidate code runs.
+# decimal (stdin suites), json (functional suites), copy, the pickler and binascii
+# (differential suites) are imported only where a suite needs them, always before candidate code
+# runs.
 
 
 class _Tools:
@@ -67,7 +67,6 @@ class _Tools:
         self.write, self.exit_now, self.open_fd = os.write, os._exit, os.open
         self.dup2, self.close, self.abspath, self.O_RDONLY = os.dup2, os.close, os.path.abspath, os.O_RDONLY
         self.monotonic, self.perf_counter = time.monotonic, time.perf_counter
-        self.deepcopy = copy.deepcopy
         self.set_handler, self.setitimer = signal.signal, signal.setitimer
         self.SIGALRM, self.ITIMER_REAL = signal.SIGALRM, signal.ITIMER_REAL
         self.pow, self.sqrt = math.pow, math.sqrt
@@ -96,6 +95,9 @@ def _main():
     if "functional" in formats:
         import json
         t.json_loads = json.loads
+    if "evalplus" in formats:
+        import copy  # ~1 ms of every other sandbox's start-up (types, weakref)
+        t.deepcopy = copy.deepcopy
     _apply_limits(job.get("limits") or {})
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(50000)  # EvalPlus's setting: big-int outputs stay comparable
