@@ -92,7 +92,7 @@ def test_a_missing_declaration_fails_at_registration_naming_field_and_doc(kind):
     assert "new_one" not in table
 
 
-def test_a_cache_from_its_own_module_is_picked_up_by_the_contract_tests(tmp_path):
+def test_a_cache_from_its_own_module_is_picked_up_by_the_contract_tests(tmp_path, monkeypatch, capsys):
     (tmp_path / "stride_refresh_cache.py").write_text(textwrap.dedent(MODULE))
     env = {**os.environ, registry.METHODS_ENV: "stride_refresh_cache", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
@@ -112,9 +112,21 @@ def test_a_cache_from_its_own_module_is_picked_up_by_the_contract_tests(tmp_path
     assert {f"{PAIRING}[stride_refresh-llada]", f"{PAIRING}[stride_refresh-sdar]"} <= passed
     for test in CONTRACT[1:3]:
         assert {f"{test}[stride_refresh-{family}]" for family in ("llada", "dream")} <= passed, test
-    # and the schema, the pairing check and `dlmpipe methods` know it
-    shown = subprocess.run([sys.executable, "-m", "dlmpipe", "methods"], cwd=REPO, env=env,
-                           capture_output=True, text=True).stdout
+    # and the schema, the pairing check and `dlmpipe methods` know it: the command run here, after
+    # the registry's loader of $DLMPIPE_METHODS (what a fresh process runs when it imports the
+    # registry, as the pytest run above did), the entry removed after (issue 46: not a second
+    # interpreter)
+    from dlmpipe.cli import main
+
+    monkeypatch.setenv(registry.METHODS_ENV, "stride_refresh_cache")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        registry._import_method_modules()
+        assert main(["methods"]) == 0
+        shown = capsys.readouterr().out
+    finally:
+        registry.CACHES.pop("stride_refresh", None)
+        sys.modules.pop("stride_refresh_cache", None)
     assert "stride_refresh" in shown
 
 
