@@ -244,11 +244,16 @@ CACHE_READS = {label: ({"name": n, **params}, first, later)
 
 def per_step_reads(counter, model, sampler, cache, prompt, gen_len: int = 16):
     """Decode with the real loop's state (``Decoding``), counting host reads inside each whole
-    update (the seams and the loop's code between them); returns (response, reads per step)."""
+    update (the seams and the loop's code between them); returns (response, reads per step).
+    The model runs the plain ops a GPU runs (``rowwise.plain_ops``, as ``launches_per_call``):
+    the CPU's row-invariant path exists only on the CPU and reads nothing back, but chunks and
+    pads every product, several times the operations for the counter to dispatch (a decode under
+    it cost 1.7x the plain ops'; issue 46)."""
+    from dlmpipe.backbones import rowwise
     from dlmpipe.decode import Decoding
 
     steps: list[int] = []
-    with torch.inference_mode():
+    with torch.inference_mode(), rowwise.plain_ops():
         run = Decoding(model, sampler, cache, prompt, gen_len, torch.Generator().manual_seed(0))
         while not run.done:
             before = counter.count
