@@ -426,3 +426,18 @@ def test_the_candidate_cannot_reach_the_reference_pipe():
     later = run_code(row, "def f(x):\n    return x + 1\n", Settings(), references=refs)
     assert later.suites["base"].status == "passed" and later.suites["plus"].status == "passed"
     assert not later.references  # it ran with the first sample's reference outputs
+
+
+def test_the_driver_imports_little_before_the_candidate():
+    """Every sandbox starts the interpreter and the driver afresh, so what the driver imports
+    is paid per sample (harness.py): no re or enum (which pickle.py and base64.py would load),
+    and copy only for differential suites."""
+    probe = ("import sys\nprint(' '.join(m for m in ('re', 'enum', 'pickle', 'base64', 'copy', "
+             "'json', 'decimal') if m in sys.modules))\ndef f(x):\n    return x + 1\n")
+    differential = run_code(_differential_row("def f(x):\n    return x + 1\n", [[1]]), probe,
+                            Settings(), references=References())  # outputs sent back: pickled
+    assert differential.passed and differential.references
+    assert differential.stdout.split() == ["copy"]
+    plain = run_code({"task_id": "a/0", "kind": "code", "entry_point": "f",
+                      "test": "assert f(1) == 2\n"}, probe, Settings())
+    assert plain.passed and plain.stdout.split() == []
