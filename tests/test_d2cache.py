@@ -156,7 +156,11 @@ def released_decode(model, prompt, gen_len, block_length, guarantee=False, **par
     trace = []
     for lo in range(0, gen_len, block_length):
         block = (lo, lo + block_length)
-        while (x[P + lo:P + lo + block_length] == MASK_ID).any():
+        for step in range(block_length + 1):  # one position a step: a block's masks in as many steps
+            if not (x[P + lo:P + lo + block_length] == MASK_ID).any():
+                break
+            if step == block_length:  # an argmax MASK: the restatement would not end
+                pytest.fail(f"the restated release left block {block} masked after {block_length} steps")
             if guarantee and cache.q_mask is not None:
                 due = torch.zeros_like(cache.q_mask)
                 due[P + lo:P + lo + block_length] = x[P + lo:P + lo + block_length] == MASK_ID
