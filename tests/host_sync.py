@@ -314,6 +314,7 @@ def replay_capture(fn, inputs):
 #: operations that launch no kernel on CUDA: allocations (views are skipped by ``is_view``)
 NO_KERNEL = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
              aten.new_empty.default, aten.new_empty_strided.default}
+_NO_KERNEL_IDS = {id(func) for func in NO_KERNEL}  # (NO_KERNEL keeps them: ids never reused)
 
 
 class Launches(TorchDispatchMode):
@@ -322,19 +323,33 @@ class Launches(TorchDispatchMode):
     when it copied). A stand-in for the kernels an eager step launches (one
     operation may launch more than one kernel there, SDPA's for instance): what the launch
     budgets of ``dlmpipe.graphs.LAUNCHES`` are stated in. ``ops`` counts them by operation, for
-    the failure message."""
+    the failure message. Operations are told apart by ``id`` and named only for ``ops`` (an
+    ``OpOverload``'s ``__hash__`` and ``__str__`` are Python code, run for every operation of a
+    32-layer step otherwise; issue 46)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """False, as ``HostReads``: no ``torch._dynamo.disable`` wrapper around each operation."""
+        return False
 
     def __init__(self):
         super().__init__()
         self.count = 0
-        self.ops: dict[str, int] = {}
+        self._by_op: dict[int, list] = {}  # id(operation) -> [operation, launches]
+
+    @property
+    def ops(self) -> dict[str, int]:
+        return {str(func): n for func, n in self._by_op.values()}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func in NO_KERNEL or func.is_view and _aliases(out, args):
+        if id(func) in _NO_KERNEL_IDS or func.is_view and _aliases(out, args):
             return out
         self.count += 1
-        self.ops[str(func)] = self.ops.get(str(func), 0) + 1
+        hit = self._by_op.get(id(func))
+        if hit is None:
+            hit = self._by_op[id(func)] = [func, 0]
+        hit[1] += 1
         return out
 
 
