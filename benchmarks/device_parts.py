@@ -306,12 +306,14 @@ def batching(ck) -> None:
         sizes = [1, 16]
     else:
         from tests.models import random_prompt, tiny_backbone
-        model = tiny_backbone("dream", seed=0)
+        # 2 layers (the first and one after it: every per-layer path) and 5 prompts (one joins
+        # a slot another left at batch 4)
+        model = tiny_backbone("dream", seed=0, n_layers=2)
         methods = [dict(m, gen_length=16, sampler=dict(m["sampler"], block_length=8, steps=16)
                         if m["sampler"]["name"] == "llada_confidence" else
                         dict(m["sampler"], block_length=8))
                    for m in bb.LLADA_METHODS if m["name"] in ("full", "archer-k8", "fast-dllm-dual")]
-        prompts, gen_len, sizes = [random_prompt(4 + 3 * i, i) for i in range(6)], 16, [1, 4]
+        prompts, gen_len, sizes = [random_prompt(4 + 3 * i, i) for i in range(5)], 16, [1, 4]
     # on a GPU until 30 s before what later parts reserve (a method already begun runs on)
     budget = max(ck.free() - 30, 30) if ck.gpu else 600
     ck.say(f"  budget: methods begun within {budget:.0f} s")
