@@ -274,6 +274,12 @@ class HostReadInCapture(RuntimeError):
 
 
 class _Recorder(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """False, as ``HostReads``: no ``torch._dynamo.disable`` wrapper around each operation,
+        whose first use imports torch._dynamo (~3 CPU s of a process that compiles nothing)."""
+        return False
+
     def __init__(self):
         super().__init__()
         self.ops: list[tuple] = []
