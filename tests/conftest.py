@@ -153,34 +153,6 @@ def write_config():
     return write
 
 
-@pytest.fixture(scope="session")
-def toy_checkpoint(tmp_path_factory) -> Path:
-    """The toy backbone trained briefly (40 steps), saved in LLaDA's format; once per session:
-    under pytest-xdist the first worker that asks trains it while the others wait on a file lock
-    (as ``finished_run``), then all read it (~5 s of CPU a worker saved; tests never write in a
-    checkpoint's directory)."""
-    from filelock import FileLock
-
-    from .models import toy_checkpoint_dir
-
-    root = shared_between_workers(tmp_path_factory) / "toy-checkpoint"
-    done = root.with_name(root.name + ".done")
-    with FileLock(str(root) + ".lock"):
-        if not done.exists():
-            shutil.rmtree(root, ignore_errors=True)
-            path = toy_checkpoint_dir(root)
-            done.write_text(path.name)
-    return root / done.read_text()
-
-
-@pytest.fixture(scope="session")
-def toy_backbone(toy_checkpoint):
-    """The session's toy checkpoint, loaded."""
-    from dlmpipe.backbones import load_backbone
-
-    return load_backbone(toy_checkpoint)
-
-
 def _real_commands_available() -> bool:
     if os.environ.get("DLMPIPE_DAG_TOUCH") == "1":
         return False

@@ -103,17 +103,6 @@ def decode_method(model: Backbone, sampler: dict, cache: dict, prompt: torch.Ten
     return decode(model, s, c, prompt, gen_len, generator)
 
 
-# ---- the trained toy backbone ---------------------------------------------------------------
-def toy_checkpoint_dir(root: Path, steps: int = 40) -> Path:
-    """Train the toy backbone for a few steps (seconds) and return its checkpoint directory
-    (the session fixture ``toy_checkpoint`` in conftest.py trains it once for every test)."""
-    from dlmpipe.backbones.toy import train_toy
-
-    out = root / f"toy-{steps}"
-    train_toy(out, seed=0, steps=steps, batch_size=16, log=lambda *_: None)
-    return out
-
-
 # ---- hand-built logits for the sampler rules --------------------------------------------------
 HAND_VOCAB, HAND_MASK, HAND_PROMPT = 12, 11, 3
 

@@ -74,8 +74,7 @@ def test_full_recompute_counts_one_forward_per_step():
 
 def test_saber_on_trained_toy_backbone_equals_archer_k1():
     """The same exactness on a trained toy, for several prompts: the shipped one the default
-    campaign decodes (dlmpipe/shipped/toy, trained by ``train_toy``; loading it costs a fraction
-    of the 40 training steps of conftest's ``toy_checkpoint``)."""
+    campaign decodes (dlmpipe/shipped/toy, trained by ``train_toy``)."""
     from dlmpipe.backbones import load_backbone
     from dlmpipe.backbones.shipped import shipped_path
     from dlmpipe.generate import encode_prompt
