@@ -1,7 +1,6 @@
 """Models and logits the engine and sampler tests share.
 
 - random tiny backbones of both families, built in memory (no checkpoint);
-- the toy backbone briefly trained and saved in LLaDA's format (cached per session);
 - ``decode_method``: one sample decoded with a config method (sampler + cache specs);
 - hand-built logits for the sampler rules (a 12-token vocabulary, MASK = 11, a 3-token prompt).
 On-disk checkpoints of the real formats live in tests/checkpoints.py.
@@ -10,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import torch
 from torch import Tensor
