@@ -112,10 +112,11 @@ def scored_once():
 
     plain, verdicts = score.score_sample, {}
 
-    def once(task_row, completion, settings, iso=None):
+    def once(task_row, completion, settings, iso=None, share=True):
+        # share (reference outputs kept for later samples) changes no verdict: not in the key
         key = (task_row["task_id"], completion, repr(settings), repr(iso))
         if key not in verdicts:
-            verdicts[key] = plain(task_row, completion, settings, iso)
+            verdicts[key] = plain(task_row, completion, settings, iso, share)
         return dict(verdicts[key])
 
     score.score_sample = once
