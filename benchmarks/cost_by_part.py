@@ -8,17 +8,20 @@ regression shows up as a file or a rule that grew, not as a CI run that no longe
   those and an estimate for a machine ``--cpu-ratio`` times slower per core: a test's waiting
   (wall minus CPU: sleeps, limits, a cluster's polls) stays, its CPU is multiplied. The ratio is
   the caller's to measure (issue 46's Zen 1 ran the campaign's jobs 5.8x slower than a Sapphire
-  Rapids, pure Python ~3.9x and compute-bound matrix products ~9.5x slower than a Zen 5).
+  Rapids, pure Python ~3.9x and compute-bound matrix products ~9.5x slower than a Zen 5), or
+  ``--cpu-ratio measure``: this machine's float32 product rate per core scaled to that Zen 1 the
+  way its decode jobs scaled (``zen1_ratio``).
 - ``campaign``: from a finished campaign's Snakemake metadata (``.snakemake/metadata`` in the
   directory Snakemake ran in): per rule its jobs, job-seconds (each job's start to end, once per
   job however many files it wrote), mean and longest job, and the run's span (first start to
-  last end: the campaign's wall time when it ran whole).
+  last end: the campaign's wall time when it ran whole), and the same estimate for a slower
+  machine (job-seconds x ratio over its cores: the toy's jobs are CPU-bound).
 
 Job-seconds, not wall time, are what a slower machine multiplies: on 2 cores a campaign's wall
 time is at least its job-seconds over 2.
 
-    python benchmarks/cost_by_part.py suite [JUNIT_XML] [--top 25]
-    python benchmarks/cost_by_part.py campaign [WORKDIR]
+    python benchmarks/cost_by_part.py suite [JUNIT_XML] [--top 25] [--cpu-ratio R|measure]
+    python benchmarks/cost_by_part.py campaign [WORKDIR] [--cpu-ratio R|measure]
 """
 from __future__ import annotations
 
@@ -29,6 +32,52 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: issue 46's slowest machine, a 2 GHz Zen 1: float32 GFLOP/s per core on a 1024^3 product
+ZEN1_GFLOPS = 12.0
+#: how its decode jobs scaled against its products: 5.8x a Sapphire Rapids' job time where that
+#: machine's products ran 115 / 12 = 9.6x as fast (issue 46's measurements), about 0.6
+DECODE_PER_PRODUCT = 5.8 / (115.0 / ZEN1_GFLOPS)
+
+
+def product_gflops(n: int = 1024) -> float:
+    """This machine's float32 GFLOP/s on one core: an ``n``^3 matrix product, best of 5 x 5, under
+    this process's kernels (run it with the ATEN_CPU_CAPABILITY the measured run had)."""
+    import time
+
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(5):
+                a @ b
+            best = min(best, (time.perf_counter() - start) / 5)
+    finally:
+        torch.set_num_threads(threads)
+    return 2 * n ** 3 / best / 1e9
+
+
+def zen1_ratio(gflops: float) -> float:
+    """How many times slower per core than a machine whose products run at ``gflops`` the Zen 1
+    is on the toy's decode work: the products' ratio times ``DECODE_PER_PRODUCT``."""
+    return DECODE_PER_PRODUCT * gflops / ZEN1_GFLOPS
+
+
+def cpu_ratio(value: str) -> float:
+    """``--cpu-ratio``: a number, or ``measure`` (``zen1_ratio`` of ``product_gflops``, printed)."""
+    if value != "measure":
+        return float(value)
+    gflops = product_gflops()
+    ratio = zen1_ratio(gflops)
+    print(f"this machine: {gflops:.0f} GFLOP/s per core (float32 1024^3 product, one thread); issue "
+          f"46's Zen 1: {ZEN1_GFLOPS:g}; its decode jobs scale as {DECODE_PER_PRODUCT:.2f} of the "
+          f"products' ratio: x{ratio:.2f}")
+    return ratio
 
 
 def suite_costs(junit: Path) -> tuple[dict[str, list[float]], list[tuple[float, str]]]:
@@ -104,12 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("suite")
     s.add_argument("junit", nargs="?", type=Path, default=REPO / ".test-results" / "junit.xml")
     s.add_argument("--top", type=int, default=25)
-    s.add_argument("--cpu-ratio", type=float, default=5.8,
-                   help="how many times slower per core the machine to estimate for is (default: "
-                        "issue 46's measured Zen 1 job ratio)")
+    ratio_help = ("how many times slower per core the machine to estimate for is, or 'measure' "
+                  "(this machine's products against issue 46's Zen 1; default: that Zen 1's "
+                  "measured job ratio against a Sapphire Rapids)")
+    s.add_argument("--cpu-ratio", default="5.8", help=ratio_help)
     s.add_argument("--workers", type=int, default=2, help="test workers there (make test: one per core)")
     c = sub.add_parser("campaign")
     c.add_argument("workdir", nargs="?", type=Path, default=REPO)
+    c.add_argument("--cpu-ratio", default="5.8", help=ratio_help)
+    c.add_argument("--cores", type=int, default=2, help="cores there (make campaign: all of them)")
     a = ap.parse_args(argv)
     if a.what == "suite":
         if not a.junit.is_file():
@@ -119,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(table(per_file, "tests")))
         print(f"\nslowest {a.top} tests:")
         print("\n".join(f"{s:9.1f}  {name}" for s, name in tests[:a.top]))
-        slow = slower_machine(a.junit, a.cpu_ratio)
+        ratio = cpu_ratio(a.cpu_ratio)
+        slow = slower_machine(a.junit, ratio)
         if slow:
-            print(f"\nby file, CPU seconds and an estimate for a machine {a.cpu_ratio:g}x slower per "
+            print(f"\nby file, CPU seconds and an estimate for a machine {ratio:.3g}x slower per "
                   "core (waiting stays, CPU x ratio):")
             print(f"{'':<34} {'seconds':>9} {'cpu':>9} {'there':>9}")
             for name, (wall, cpu, there) in sorted(slow.items(), key=lambda kv: -kv[1][2]):
@@ -137,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"campaign by rule ({a.workdir.resolve()}): job-seconds")
         print("\n".join(table(per_rule, "jobs")))
         print(f"span, first job's start to last job's end: {span:.0f} s")
+        ratio = cpu_ratio(a.cpu_ratio)
+        total = sum(sum(v) for v in per_rule.values())
+        print(f"on a machine {ratio:.3g}x slower per core, {a.cores} cores: at least "
+              f"{total * ratio / a.cores / 60:.1f} min")
     return 0
 
 

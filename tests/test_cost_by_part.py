@@ -58,6 +58,31 @@ def test_a_slower_machine_multiplies_cpu_seconds_and_keeps_waiting(tmp_path, cap
     assert "19.5" in capsys.readouterr().out
 
 
+def test_measure_scales_this_machines_products_to_the_zen_1(tmp_path, capsys, monkeypatch):
+    """``--cpu-ratio measure``: this machine's product rate against the Zen 1's, times how its
+    decode jobs scaled: a Sapphire Rapids' 115 GFLOP/s gives the 5.8 measured there, a machine
+    half as fast half of it; suite and campaign estimates use that ratio."""
+    assert abs(cost_by_part.zen1_ratio(115.0) - 5.8) < 1e-9
+    assert abs(cost_by_part.zen1_ratio(57.5) - 2.9) < 1e-9
+    assert cost_by_part.product_gflops(64) > 0  # the real measurement, on a small product
+    junit = tmp_path / "junit.xml"
+    junit.write_text("""<testsuites><testsuite>
+      <testcase classname="tests.test_a" name="busy" time="60.0"><properties>
+        <property name="cpu_s" value="60.0"/></properties></testcase>
+    </testsuite></testsuites>""")
+    monkeypatch.setattr(cost_by_part, "product_gflops", lambda: 57.5)
+    assert cost_by_part.main(["suite", str(junit), "--cpu-ratio", "measure", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "58 GFLOP/s per core" in out and "x2.90" in out
+    assert "at least 2.9 min of tests" in out  # 60 CPU s x 2.9 on one worker
+    meta = tmp_path / ".snakemake" / "metadata"
+    meta.mkdir(parents=True)
+    (meta / "0").write_text(json.dumps({"rule": "generate", "job_hash": 1, "starttime": 0.0,
+                                        "endtime": 120.0, "incomplete": False}))
+    assert cost_by_part.main(["campaign", str(tmp_path), "--cpu-ratio", "measure", "--cores", "2"]) == 0
+    assert "2.9x slower per core, 2 cores: at least 2.9 min" in capsys.readouterr().out
+
+
 def test_each_test_records_its_cpu_seconds(pytester):
     """tests/cpu_time.py's hooks write ``cpu_s`` into the JUnit XML: a busy test's is about its
     busy time, a sleeping one's about none."""
