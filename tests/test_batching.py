@@ -90,6 +90,17 @@ def pairings_for(family: str, sampler: str) -> list[tuple[dict, dict]]:
     return [p for p in pairs if p[1]["name"] in ("none", sampler)] or pairs[:1]
 
 
+_MODELS: dict = {}
+
+
+def batch_model(family: str, seed: int):
+    """``tiny_backbone(family, seed=seed, n_layers=LAYERS)``, built once per process and shared
+    by the tests that decode it (no decode changes a model)."""
+    if (family, seed) not in _MODELS:
+        _MODELS[family, seed] = tiny_backbone(family, seed=seed, n_layers=LAYERS)
+    return _MODELS[family, seed]
+
+
 def prompts(n: int = N_SAMPLES) -> list[torch.Tensor]:
     """``n`` prompts of 5 lengths, 4..16 (the first 4: every offset in a tiny SDAR block of 4)."""
     return [random_prompt(4 + 3 * (i % 5), i) for i in range(n)]
@@ -151,7 +162,7 @@ def test_every_allowed_pairing_is_batch_invariant(family, sampler):
     a call is the cache (its forwards' rows) and the slot count, not which tokens the sampler
     picks, so the larger calls are decoded once per cache, not once per sampler (its small run
     decodes the first samples, as every other sampler's does)."""
-    model = tiny_backbone(family, seed=3, n_layers=LAYERS)
+    model = batch_model(family, 3)
     pairs = pairings_for(family, sampler)
     assert pairs
     wide = family in FULL_MATRIX_FAMILIES and sampler == "llada_confidence"
@@ -167,7 +178,7 @@ def test_every_allowed_pairing_is_batch_invariant(family, sampler):
 def test_degenerate_rows_are_batch_invariant(family, name):
     """The exactness table's rows (caches at their degenerate settings, the papers' samplers)."""
     sampler, cache, _ = (DEGENERATE if family in FAMILIES else BLOCK_ROWS)[name]
-    check_small(tiny_backbone(family, seed=1, n_layers=LAYERS), sampler, cache)
+    check_small(batch_model(family, 1), sampler, cache)
 
 
 def test_the_scheduler_batches_rows_of_several_slots():
@@ -473,7 +484,7 @@ def test_moe_backbones_are_batch_invariant(family, sampler, cache):
     invariance). Measured: with the experts' fixed-shape calls removed (plain F.linear) all 8
     rows fail, and with LLaDA2.0's router's removed the same 2 (SPA-Cache, dLLM-Cache), as at
     B = 5 over 10, at under a third of the cost."""
-    model = tiny_backbone(family, seed=3, n_layers=LAYERS)  # LLaDA2.0: a dense layer, then an MoE one
+    model = batch_model(family, 3)  # LLaDA2.0: a dense layer, then an MoE one
     att = "block_causal" if model.cfg.block_size else "full"
     pairs = [(s, {**c, **({"profile": "llada-8b-instruct"} if c["name"] == "spa" else {})})
              for s, c in allowed_pairings(att) if (s["name"], c["name"]) == (sampler, cache)]

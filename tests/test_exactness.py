@@ -135,11 +135,20 @@ BLOCK_ROWS = {**DEGENERATE, "archer-k1/dream": row({**DREAM_GREEDY, "steps": 2},
 TABLE_LAYERS = 2
 
 
-def table_model(family: str, seed: int):
+#: the table's models, built once per process: (family, seed, device) -> model (no decode
+#: changes a model: the references above are shared the same way)
+_TABLE_MODELS: dict = {}
+
+
+def table_model(family: str, seed: int, device: str | torch.device = "cpu"):
     """The table's models: MASK never given a probability (tests/models.py ``NeverMask``), so
     that every position of a response is decided holds by construction, on every device. Two
-    layers (``TABLE_LAYERS``)."""
-    return tiny_backbone(family, seed=seed, n_layers=TABLE_LAYERS, never_mask=True)
+    layers (``TABLE_LAYERS``). Built once per (family, seed, device) and shared by the rows."""
+    key = (family, seed, str(device))
+    if key not in _TABLE_MODELS:
+        _TABLE_MODELS[key] = tiny_backbone(family, seed=seed, n_layers=TABLE_LAYERS,
+                                           never_mask=True).to(device)
+    return _TABLE_MODELS[key]
 
 
 #: full-recompute references, shared by the rows that decode the same sampler (a row's reference
@@ -166,7 +175,7 @@ def test_degenerate_setting_equals_full_recompute(family, name, device):
     """``device``: cpu, and cuda where available (tests/conftest.py; device_check runs it on cuda)."""
     sampler, cache, stats = DEGENERATE[name]
     for seed in (0, 1, 2):
-        model = table_model(family, seed).to(device)
+        model = table_model(family, seed, device)
         for p_len in (5, 24):
             prompt = random_prompt(p_len, seed)
             ref = reference(model, family, seed, sampler, prompt)
@@ -201,7 +210,7 @@ def test_degenerate_setting_equals_full_recompute_on_block_causal_backbones(fami
     picked would leave the state unchanged, which Archer K = 1 rightly serves from its snapshot."""
     sampler, cache, stats = BLOCK_ROWS[name]
     for seed in (0, 1, 2):
-        model = table_model(family, seed).to(device)
+        model = table_model(family, seed, device)
         for p_len in (5, 24):
             prompt = random_prompt(p_len, seed)
             ref = reference(model, family, seed, sampler, prompt)
