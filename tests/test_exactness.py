@@ -21,7 +21,8 @@ from dlmpipe import registry
 from dlmpipe.engine.base import Cache
 from dlmpipe.samplers.base import Sampler
 
-from .models import BLOCK_FAMILIES, FAMILIES, MASK_ID, decode_method, random_prompt, tiny_backbone
+from .models import (BLOCK_FAMILIES, FAMILIES, MASK_ID, TINY_BLOCK, decode_method, random_prompt,
+                     tiny_backbone)
 
 SABER = {"name": "saber", "n": 2, "mu": 2}
 LLADA_BLOCKS = {"name": "llada_confidence", "block_length": 8, "steps": 16}
@@ -156,17 +157,31 @@ def table_model(family: str, seed: int, device: str | torch.device = "cpu"):
 _REFERENCES: dict = {}
 
 
-def reference(model, family: str, seed: int, sampler: dict, prompt: torch.Tensor):
-    """``decode_method(model, sampler, none, prompt, seed=seed)`` for the model ``family`` at
-    ``seed`` (table_model or the block-causal rows' model): decoded once per session. A decode
-    with a seeded generator is deterministic (the same bits each time), so a shared reference is
-    the one each row would decode; the rows still decode their own cached runs."""
+def reference(model, family: str, seed: int, sampler: dict, prompt: torch.Tensor, gen_len: int = 16):
+    """``decode_method(model, sampler, none, prompt, gen_len, seed=seed)`` for the model
+    ``family`` at ``seed`` (table_model or the block-causal rows' model): decoded once per
+    session. A decode with a seeded generator is deterministic (the same bits each time), so a
+    shared reference is the one each row would decode; the rows still decode their own cached
+    runs."""
     key = (family, type(model).__name__, seed, model.cfg.n_layers, str(model.device),
            json.dumps(sampler, sort_keys=True),
-           tuple(prompt.tolist()))
+           tuple(prompt.tolist()), gen_len)
     if key not in _REFERENCES:
-        _REFERENCES[key] = decode_method(model, sampler, {"name": "none"}, prompt, seed=seed)
+        _REFERENCES[key] = decode_method(model, sampler, {"name": "none"}, prompt, gen_len, seed=seed)
     return _REFERENCES[key]
+
+
+def block_gen(family: str) -> int:
+    """The response length of the block-causal rows: two of the family's blocks (SDAR's tiny
+    blocks of 4: 8; Fast-dLLM v2's of 8: 16). Each active block is a problem of its own for the
+    cache (``cache.begin`` on the block, over the committed prefix's K/V: dlmpipe/blockwise.py),
+    so a decode of two blocks runs every path one of four does: the prompt's tail block (prompt
+    5), a whole block after a committed one, the cache begun again on a later block and the
+    prefix extended (every SDAR decode of the table but the 4 of 234 that stop at their first
+    block, at 16 as at 8). At 16 SDAR's decodes were 4-5 blocks, at twice the cost; with a
+    row cache serving stale rows on later blocks or Fast-dLLM skipping a refresh, the same rows
+    fail at 8 as at 16."""
+    return 2 * TINY_BLOCK[family]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -213,8 +228,8 @@ def test_degenerate_setting_equals_full_recompute_on_block_causal_backbones(fami
         model = table_model(family, seed, device)
         for p_len in (5, 24):
             prompt = random_prompt(p_len, seed)
-            ref = reference(model, family, seed, sampler, prompt)
-            got = decode_method(model, sampler, cache, prompt, seed=seed)
+            ref = reference(model, family, seed, sampler, prompt, block_gen(family))
+            got = decode_method(model, sampler, cache, prompt, block_gen(family), seed=seed)
             assert torch.equal(got.response, ref.response), (seed, p_len)
             for key in ("steps", "nfe", "revisions", "block_forwards", "rows_computed"):
                 assert got.stats[key] == ref.stats[key], (key, seed, p_len)
@@ -293,7 +308,9 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family, c_name)
     and check at every step that the rows the sampler reads hold finite logits; refused pairs are
     refused by check_pairing, and the releases' block loops by the backbone's attention pattern
     (on block-causal backbones the sampler and the cache see the active block). One case per
-    cache: a new cache's contract run (tests/test_method_recipe.py) decodes its own pairings."""
+    cache: a new cache's contract run (tests/test_method_recipe.py) decodes its own pairings.
+    G = 16; on a block-causal family two of its blocks (``block_gen``: SDAR's 8 positions after
+    the 9-token prompt are 3 active blocks, the later two begun without prompt rows)."""
     from dlmpipe.decode import decode
     from dlmpipe.methods import build_cache, build_method, build_sampler, check_pairing
 
@@ -333,7 +350,8 @@ def test_every_allowed_pairing_serves_the_rows_its_sampler_reads(family, c_name)
             return logits
 
         cache.response_logits = checked
-        out = decode(model, sampler, cache, prompt, 16, torch.Generator().manual_seed(0))
+        gen = block_gen(family) if family in BLOCK_FAMILIES else 16
+        out = decode(model, sampler, cache, prompt, gen, torch.Generator().manual_seed(0))
         if family in FAMILIES:  # a block-causal decode stops after a block with a stop token
             assert (out.response != MASK_ID).all(), (s_name, c_name)
     # only the caches that leave rows stale refuse a sampler (rollback re-scores every response
