@@ -316,6 +316,11 @@ def _canonical_plus(task: str, file: str, tmp_path: Path, capsys) -> dict[str, f
     return _summary_numbers(capsys.readouterr().out)
 
 
+# The two tests below cost ~100 CPU s (issue 46), ~88% of it the canonical solutions' own compute,
+# which runs twice per problem (once as the reference, once as the candidate): MBPP+ 72 s, of
+# which 64.5 s in those two runs (Mbpp/599's sum(range(1, n + 1)) for n ~ 1e8: 24 s; 392, 271,
+# 123, 592, 603: 4-6 s each), HumanEval+ 27.5 s, 22.4 s in them (HumanEval/139: 6.4 s, 15: 4.4 s);
+# the rest is ~19 ms of sandbox start-up a problem: nothing to cut that keeps every input checked.
 def test_score_samples_humaneval_plus_canonical(tmp_path, capsys):
     numbers = _canonical_plus("humaneval_plus", "HumanEvalPlus-v0.1.10.jsonl.gz", tmp_path, capsys)
     assert numbers["base"] >= 99.0 and numbers["plus"] >= 99.0, numbers
@@ -395,6 +400,30 @@ def test_reference_outputs_are_computed_once_and_reused(monkeypatch):
     alone = References()
     lone = run_code(row, wrong, Settings(), references=alone, share=False)
     assert lone.suites["base"].status == "failed" and not lone.references and not alone.blobs
+
+
+def test_outputs_too_large_to_keep_are_not_pickled_again(monkeypatch):
+    """Reference outputs over the pipe's cap (MBPP+'s Mbpp/255) or over the host's store are
+    computed by every sample (verdicts as before), but only the first one pickles them."""
+    from dlmpipe.scoring import sandbox
+
+    row = _differential_row("def f(x):\n    return list(range(x))\n", [[3000], [2]])
+    right, wrong = "def f(x):\n    return list(range(x))\n", "def f(x):\n    return [0] * x\n"
+    monkeypatch.setattr(sandbox, "REFERENCE_CAP", 4096)  # the 3000 numbers pickle to ~9 KB
+    refs = References()
+    first = run_code(row, right, Settings(), references=refs)
+    assert first.passed and first.references == {"base": "", "plus": ""}  # could not send
+    assert not refs.blobs and len(refs.unsendable) == 2
+    for program, status in ((wrong, "failed"), (right, "passed")):
+        later = run_code(row, program, Settings(), references=refs)
+        assert {n: o.status for n, o in later.suites.items()} == {"base": status, "plus": status}
+        assert not later.references  # computed in its sandbox, not pickled, no pipe
+    monkeypatch.setattr(sandbox, "REFERENCE_CAP", 16 << 20)
+    full = References(limit=1)  # sent, but the host's store has no room for it
+    assert run_code(row, right, Settings(), references=full).references["base"]
+    assert not full.blobs and len(full.unsendable) == 2
+    later = run_code(row, wrong, Settings(), references=full)
+    assert later.suites["base"].status == "failed" and not later.references
 
 
 def test_only_problems_with_more_samples_in_the_batch_share_reference_outputs(monkeypatch):

@@ -89,7 +89,8 @@ def program_of(row: dict, completion: str) -> str:
 def run_code(row: dict, program: str, settings: Settings, iso: Isolation | None = None,
              references: References = REFERENCES, share: bool = True) -> RunResult:
     """``iso`` None: this process's level (levels.isolation: $DLMPIPE_SANDBOX, else bwrap).
-    Differential suites reuse the reference outputs an earlier sample computed (references.py);
+    Differential suites reuse the reference outputs an earlier sample computed (references.py;
+    outputs too large to keep are computed by every sample, which does not send them back);
     ``share`` False: no later sample needs this one's, so its sandbox computes the outputs
     without sending them back (stored ones are still used)."""
     iso = iso if iso is not None else isolation()
@@ -103,12 +104,15 @@ def run_code(row: dict, program: str, settings: Settings, iso: Isolation | None 
                 if blob:
                     suite["expected"] = blob
                 continue
-            keys[suite["name"]] = key
             blob, is_first = references.claim(key, wait=not first)
             if blob:
                 suite["expected"] = blob
-            elif is_first:
-                first.append(key)
+            elif not references.sendable(key):  # too large: computed here, not pickled
+                suite["share_reference"] = False
+            else:
+                keys[suite["name"]] = key
+                if is_first:
+                    first.append(key)
 
     def store(sent: dict[str, str]) -> None:
         for name, key in keys.items():

@@ -30,7 +30,8 @@ Suite formats (``format`` key):
   A suite may carry them as ``expected`` (what an earlier run of this driver wrote, opaque to the
   host): then the reference does not run again. Freshly computed ones go, pickled as EvalPlus
   passes them to its workers, to the ``reference_fd`` pipe (argv[2]), closed before candidate
-  code runs, so nothing the candidate does can reach what later samples are compared with.
+  code runs, so nothing the candidate does can reach what later samples are compared with; not
+  those of a suite with ``share_reference`` false (an earlier run found them too large).
 - ``stdin``: LiveCodeBench standard-input problems: the program runs once per case with the
   case's input on stdin; its stdout must match the expected output (whitespace/number tolerant).
 - ``functional``: LiveCodeBench LeetCode-style problems: ``Solution().<entry_point>(*args)``
@@ -132,7 +133,8 @@ def _main():
                 continue
             try:
                 references[suite["name"]] = _reference_outputs(suite, t)
-                fresh.append(suite["name"])
+                if suite.get("share_reference", True):  # False: an earlier run could not send it
+                    fresh.append(suite["name"])
             except BaseException as e:
                 references[suite["name"]] = e
     if len(sys.argv) > 2:
@@ -296,7 +298,7 @@ class _CappedBytes:
 def _share_references(fd, fresh, cap):
     """One ``name<TAB>base64 pickle`` line per fresh reference and an empty line, then the pipe
     is closed: the candidate never holds it. A reference that cannot be pickled or exceeds
-    ``cap`` is skipped (the next sample computes it again)."""
+    ``cap`` gets ``name<TAB>`` (the next sample computes it again, and does not pickle it)."""
     import binascii
 
     pickle = _pickler()
@@ -306,6 +308,7 @@ def _share_references(fd, fresh, cap):
         try:
             pickle.Pickler(out, 4).dump(ref)  # stops at the cap: MBPP+ has a 1 GB reference
         except Exception:
+            lines.append(b"%s\t\n" % name.encode())
             continue
         blob = binascii.b2a_base64(b"".join(out.parts), newline=False)  # base64.b64encode's
         lines.append(b"%s\t%s\n" % (name.encode(), blob))

@@ -96,7 +96,8 @@ class RunResult:
     stderr: str = ""
     wall_s: float = 0.0
     extra: dict = field(default_factory=dict)
-    references: dict[str, str] = field(default_factory=dict)  # suite -> the driver's ``expected``
+    # suite -> the driver's ``expected`` ("": outputs it could not send: too large, unpicklable)
+    references: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -370,11 +371,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _references(text: str) -> dict[str, str]:
-    """Complete ``suite<TAB>base64`` lines of the reference pipe (a cut-off one is dropped)."""
+    """Complete ``suite<TAB>base64`` lines of the reference pipe (a cut-off one is dropped);
+    ``suite<TAB>`` (an empty text): the driver could not send that suite's outputs (too large,
+    or not picklable)."""
     out = {}
     for line in text.split("\n")[:-1]:
-        name, _, blob = line.partition("\t")
-        if blob:
+        name, tab, blob = line.partition("\t")
+        if name and tab:
             out[name] = blob
     return out
 
