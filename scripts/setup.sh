@@ -42,13 +42,10 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   rm -f "$log"
 fi
 
-# --no-compile: pip would byte-compile every module of every package (lm-eval's, datasets', ...),
-# about half of the install's time (issue 46: 88 -> 47 s here, minutes on a slow core); Python
-# compiles a module, and caches it, the first time it is imported.
 pip_install() {
   local log
   log=$(mktemp)
-  if ! $VENV/bin/python -m pip install -q --no-compile "$@" >"$log" 2>&1; then
+  if ! $VENV/bin/python -m pip install -q "$@" >"$log" 2>&1; then
     grep -v "is ignored" "$log" >&2 || true
     echo "setup: 'pip install $*' failed" >&2
     exit 1
