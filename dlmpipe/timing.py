@@ -5,7 +5,8 @@ the machine was doing then; on a CPU that noise is as large as the effects. One 
 (backbone, task, method) loads the model once, warms the method and the campaign's reference
 method up (on the CPU with eager kernels their first ``WARMUP_STEPS`` updates, which warm what a
 first call pays for; elsewhere a whole decode each: ``generate.warmup_needed``), then decodes
-the same samples with both, alternating which goes first for each (repeat, sample), and writes every synchronized time. ``dlmpipe.analysis.speedup`` turns them
+the same samples with both, alternating which goes first for each (repeat, sample), and writes
+every synchronized time. ``dlmpipe.analysis.speedup`` turns them
 into paired per-sample ratios (the method against the reference on the same sample, in the same
 process, moments apart), and expresses every time of the run on the clock of the reference's own
 run (the job that times the reference alone), so that the times and speedups of all methods of a
@@ -173,11 +174,11 @@ def run_timing_job(manifest: str, task_file: str, method: dict, out: str,
         sampler, cache = built[name]
         model.use_block_size(block_sizes[name], "method block_size")
         gen = torch.Generator().manual_seed(sample_seed(seed, rows[i]["task_id"]))
-        run = Decoding(model, sampler, cache, prompts[i], gen_len[name], gen)
+        decoding = Decoding(model, sampler, cache, prompts[i], gen_len[name], gen)
         for _ in range(WARMUP_STEPS):
-            if run.done:
+            if decoding.done:
                 break
-            run.step()
+            decoding.step()
 
     names = list(built)
     log(f"timing {' against '.join(reversed(names))}: {len(indices)} samples x {repeats} repeats, "

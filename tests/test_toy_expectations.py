@@ -24,9 +24,10 @@ from .toy_expected import (NEAR_TIE, NEAR_TIE_SHARE, default_campaign, differenc
                            run, shipped_backbones)
 from .workflow import REPO
 
-# of each task's 40 stored (the campaign decodes 24): two full batches of 8 (the campaign's CPU batch), and every sample the stored
-# run (all 40) finds failing among the first 20 is among these 16 (the lossy verdict's first
-# failure is sample 4: parallel-t0.3 on toy_arith), so each class still sees its failures
+# of each task's 40 stored (the campaign decodes 24): two full batches of 8 (the campaign's CPU
+# batch), and every sample the stored run (all 40) finds failing among the first 20 is among
+# these 16 (the lossy verdict's first failure is sample 4: parallel-t0.3 on toy_arith), so each
+# class still sees its failures
 SAMPLES = 16
 TASKS = ("toy_code", "toy_arith")
 # Verdict classes (qualities on the toy, the share of samples that pass): one-sided bounds, so
