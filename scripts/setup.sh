@@ -55,8 +55,20 @@ pip_install() {
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   [ -x $VENV/bin/python ] || "$PYTHON" -m venv $VENV
   echo "setup: installing $TORCH_SPEC and dlmpipe into $VENV"
-  pip_install "$TORCH_SPEC"
-  pip_install -e ".[test,lm-eval]"  # lm-eval: an optional extra the tests use (dlmpipe/lmeval/)
+  pip_install --no-compile "$TORCH_SPEC"
+  pip_install --no-compile -e ".[test,lm-eval]"  # lm-eval: an optional extra the tests use (dlmpipe/lmeval/)
+  # Byte-compile here, on every core, what dlmpipe's jobs and tests import: pip would compile
+  # every module of every package on one core (half the install: ~300 MB of source), and where
+  # PYTHONDONTWRITEBYTECODE is set (CI's environment) Python caches nothing it compiles later,
+  # so a module left uncompiled is compiled again by every process that imports it. Left out:
+  # packages' own test suites, pip (setup alone runs it), and transformers' model families other than
+  # the ones its tokenizer and config classes import (a module imported from there anyway is
+  # compiled in memory, correct but slower). dlmpipe's own modules too (an editable install,
+  # which pip never compiles). Issue 46: ~45 -> ~11 s here.
+  $VENV/bin/python -m compileall -q -j 0 \
+    -x '/(tests?|testing/_internal)/|/pip/|/transformers/models/(?!(auto|llama|qwen2|qwen3|olmoe)/)' \
+    "$($VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" dlmpipe >/dev/null \
+    || echo "setup: note: some modules did not byte-compile; they are compiled when imported"
   $VENV/bin/python -c "import torch, snakemake, dlmpipe; print('setup: torch', torch.__version__, '| cuda:', torch.cuda.is_available())"
   echo "$want" > "$stamp"
 fi
