@@ -10,7 +10,8 @@ regression shows up as a file or a rule that grew, not as a CI run that no longe
   the caller's to measure (issue 46's Zen 1 ran the campaign's jobs 5.8x slower than a Sapphire
   Rapids, pure Python ~3.9x and compute-bound matrix products ~9.5x slower than a Zen 5), or
   ``--cpu-ratio measure``: this machine's float32 product rate per core scaled to that Zen 1 the
-  way its decode jobs scaled (``zen1_ratio``).
+  way its decode jobs scaled (``zen1_ratio``). With scripts/setup.sh's record of its last
+  install, that install's estimate too, and the two together: ``make test`` from a fresh clone.
 - ``campaign``: from a finished campaign's Snakemake metadata (``.snakemake/metadata`` in the
   directory Snakemake ran in): per rule its jobs, job-seconds (each job's start to end, once per
   job however many files it wrote), mean and longest job, and the run's span (first start to
@@ -20,7 +21,7 @@ regression shows up as a file or a rule that grew, not as a CI run that no longe
 Job-seconds, not wall time, are what a slower machine multiplies: on 2 cores a campaign's wall
 time is at least its job-seconds over 2.
 
-    python benchmarks/cost_by_part.py suite [JUNIT_XML] [--top 25] [--cpu-ratio R|measure]
+    python benchmarks/cost_by_part.py suite [JUNIT_XML] [--top 25] [--cpu-ratio R|measure] [--setup F]
     python benchmarks/cost_by_part.py campaign [WORKDIR] [--cpu-ratio R|measure]
 """
 from __future__ import annotations
@@ -115,6 +116,19 @@ def slower_machine(junit: Path, ratio: float) -> dict[str, tuple[float, float, f
     return {k: v for k, v in out.items() if k not in missing}
 
 
+def setup_there(record: Path, ratio: float) -> tuple[float, float, float] | None:
+    """(wall, CPU seconds, seconds on a machine ``ratio`` x slower per core) of the last install
+    scripts/setup.sh recorded (``.venv/.dlmpipe-setup-time.json``), or None where there is none.
+    Its CPU-bound part (at most its wall time: compileall runs on every core) is multiplied, its
+    waiting (downloads, apt) stays: ``max(wall - cpu, 0) + ratio * min(cpu, wall)``."""
+    try:
+        r = json.loads(record.read_text())
+        wall, cpu = float(r["wall_s"]), float(r["cpu_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return wall, cpu, max(wall - cpu, 0.0) + ratio * min(cpu, wall)
+
+
 def campaign_costs(workdir: Path) -> tuple[dict[str, list[float]], float]:
     """``{rule: [job-seconds of each job]}`` and the span from the first start to the last end."""
     jobs: dict[tuple, tuple[str, float, float]] = {}
@@ -158,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                   "measured job ratio against a Sapphire Rapids)")
     s.add_argument("--cpu-ratio", default="5.8", help=ratio_help)
     s.add_argument("--workers", type=int, default=2, help="test workers there (make test: one per core)")
+    s.add_argument("--setup", type=Path, default=REPO / ".venv" / ".dlmpipe-setup-time.json",
+                   help="scripts/setup.sh's record of its last install (make test from a fresh "
+                        "clone is that install and the tests)")
     c = sub.add_parser("campaign")
     c.add_argument("workdir", nargs="?", type=Path, default=REPO)
     c.add_argument("--cpu-ratio", default="5.8", help=ratio_help)
@@ -182,7 +199,16 @@ def main(argv: list[str] | None = None) -> int:
             total = sum(v[2] for v in slow.values())
             print(f"{'total':<34} {sum(v[0] for v in slow.values()):>9.1f} "
                   f"{sum(v[1] for v in slow.values()):>9.1f} {total:>9.1f}")
-            print(f"there on {a.workers} workers: at least {total / a.workers / 60:.1f} min of tests")
+            tests_there = total / a.workers
+            print(f"there on {a.workers} workers: at least {tests_there / 60:.1f} min of tests")
+            setup = setup_there(a.setup, ratio)
+            if setup is None:
+                print(f"(no setup record at {a.setup}: scripts/setup.sh writes one when it installs)")
+            else:
+                wall, cpu, there = setup
+                print(f"setup, its last install ({a.setup}): {wall:.0f} s, {cpu:.0f} CPU s, about "
+                      f"{there / 60:.1f} min there; make test from a fresh clone there: at least "
+                      f"{(there + tests_there) / 60:.1f} min")
     else:
         if not (a.workdir / ".snakemake" / "metadata").is_dir():
             ap.error(f"{(a.workdir / '.snakemake' / 'metadata').resolve()}: no Snakemake metadata there")

@@ -53,6 +53,8 @@ pip_install() {
   rm -f "$log"
 }
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  started=$(date +%s.%N) times_at_start=$(mktemp)
+  times > "$times_at_start"  # a builtin: this shell's CPU and its children's (not a subshell's)
   [ -x $VENV/bin/python ] || "$PYTHON" -m venv $VENV
   echo "setup: installing $TORCH_SPEC and dlmpipe into $VENV"
   pip_install --no-compile "$TORCH_SPEC"
@@ -71,6 +73,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     || true  # as pip, skip what this Python cannot compile (torch's py312_intrinsics.py on 3.11)
   $VENV/bin/python -c "import torch, snakemake, dlmpipe; print('setup: torch', torch.__version__, '| cuda:', torch.cuda.is_available())"
   echo "$want" > "$stamp"
+  # what this install took (wall and CPU seconds, its commands' included), for the suite's cost
+  # estimate (benchmarks/cost_by_part.py suite: make test from a fresh clone is setup + tests)
+  times_at_end=$(mktemp); times > "$times_at_end"
+  awk -v start="$started" -v end="$(date +%s.%N)" -v first="$times_at_start" '
+    function s(t) { split(t, a, /[ms]/); return a[1] * 60 + a[2] }
+    { cpu += (FILENAME == first ? -1 : 1) * (s($1) + s($2)) }
+    END { printf "{\"wall_s\": %.1f, \"cpu_s\": %.1f}\n", end - start, cpu }' \
+    "$times_at_start" "$times_at_end" > $VENV/.dlmpipe-setup-time.json
+  rm -f "$times_at_start" "$times_at_end"
 fi
 
 # On every machine, `snakemake --profile slurm` finds profiles/slurm (an existing profile named

@@ -99,3 +99,43 @@ def test_sleeps():
     pytester.runpytest("-p", "tests.cpu_time", f"--junitxml={junit}").assert_outcomes(passed=2)
     cpu = {case_id.split("::")[1]: c for _, case_id, _, c in cost_by_part.cases(junit)}
     assert cpu["test_busy"] >= 0.3 and cpu["test_sleeps"] < 0.1, cpu
+
+
+def test_setup_scales_its_cpu_and_keeps_its_waiting_and_adds_to_the_suite(tmp_path, capsys):
+    """scripts/setup.sh's record (wall and CPU seconds of its last install): downloads stay,
+    CPU-bound time is multiplied (at most the wall time of it: compileall runs on every core),
+    and ``make test`` from a fresh clone there is that plus the tests."""
+    record = tmp_path / "setup.json"
+    record.write_text(json.dumps({"wall_s": 100.0, "cpu_s": 40.0}))
+    assert cost_by_part.setup_there(record, 3.0) == (100.0, 40.0, 60.0 + 120.0)
+    record.write_text(json.dumps({"wall_s": 50.0, "cpu_s": 80.0}))  # on 2 cores: 50 s of CPU-bound wall
+    assert cost_by_part.setup_there(record, 3.0) == (50.0, 80.0, 150.0)
+    assert cost_by_part.setup_there(tmp_path / "none.json", 3.0) is None
+    junit = tmp_path / "junit.xml"
+    junit.write_text("""<testsuites><testsuite>
+      <testcase classname="tests.test_a" name="busy" time="60.0"><properties>
+        <property name="cpu_s" value="60.0"/></properties></testcase>
+    </testsuite></testsuites>""")
+    assert cost_by_part.main(["suite", str(junit), "--cpu-ratio", "3", "--workers", "1",
+                              "--setup", str(record)]) == 0
+    out = capsys.readouterr().out
+    # tests 60 x 3 = 180 s, setup 150 s: 5.5 min
+    assert "at least 3.0 min of tests" in out and "about 2.5 min there" in out
+    assert "fresh clone there: at least 5.5 min" in out
+    assert cost_by_part.main(["suite", str(junit), "--cpu-ratio", "3", "--setup", str(tmp_path / "x")]) == 0
+    assert "no setup record" in capsys.readouterr().out
+
+
+def test_setup_recorded_the_install_this_suite_runs_in():
+    """scripts/setup.sh writes its record beside its stamp whenever it installs: where this suite
+    runs in the repository's .venv (make test), the record of that install is there."""
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    venv = REPO / ".venv"
+    if Path(sys.prefix).resolve() != venv.resolve() or not (venv / ".dlmpipe-installed").is_file():
+        pytest.skip("not running in the repository's .venv as scripts/setup.sh made it")
+    wall, cpu, there = cost_by_part.setup_there(venv / ".dlmpipe-setup-time.json", 2.0)
+    assert wall > 1 and cpu > 1 and there >= wall  # an install of torch takes seconds
