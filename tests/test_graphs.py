@@ -108,13 +108,17 @@ def test_captured_steps_decode_the_eager_tokens(cpu_capture, family):
 
 
 @pytest.mark.slow
-def test_torch_compile_decodes_the_eager_tokens():
+def test_torch_compile_decodes_the_eager_tokens(tmp_path, monkeypatch):
     """Inductor on the CPU (tens of seconds to compile): Dream's GQA and shifted logits, Archer's
     cached forward and LLaDA confidence's scoring compiled. Fused kernels may round otherwise,
     which may move a near tie; this tiny model has none. Its cost is Inductor's C++ compiler,
     about a CPU second per fused kernel: 4 per layer and 4 more (12 at 2 layers; the second
     sample, of the same length, compiles none). 2 layers are the fewest where a layer reads
     another's output and keeps its K/V apart from the first layer's (one layer cannot check it)."""
+    # Inductor's own cache directory, empty: the test compiles, as on a fresh machine, whatever an
+    # earlier run left in the machine-wide one (whose keys miss ATEN_CPU_CAPABILITY: kernels cached
+    # by a run under ATEN_CPU_CAPABILITY=avx2 abort the process in a run without it, torch 2.13)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     model = tiny_backbone("dream", seed=3, n_layers=2)
     s, c = build_method({"sampler": LLADA, "cache": ARCHER_INF}, model, compile="torch_compile")
     for i, p_len in enumerate((7, 7)):
