@@ -82,7 +82,7 @@ def perturbed(eps: float, seed: int):
 
 def exact_path(x: Tensor) -> bool:
     """Whether ``x`` takes the row-invariant path: CPU inference outside a compile trace."""
-    return (x.device.type == "cpu" and not x.requires_grad and not _plain
+    return (x.is_cpu and not x.requires_grad and not _plain
             and not torch.compiler.is_compiling())
 
 
@@ -94,8 +94,7 @@ def chunk_sizes() -> dict[tuple, int]:
 def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], run) -> int:
     """The first of ``candidates`` at which ``run(n, generator)`` (``n`` random rows through the
     kernel, then the same rows shifted by one place) computes every position alike, else 1."""
-    threads = torch.get_num_threads()
-    memo = (kind, key, threads)
+    memo = (kind, key, torch.get_num_threads())
     if memo not in _chosen:
         # outside any dispatch mode (a host-sync counter, a FLOP counter): the probe is this
         # process's one-time check, not the step's work
@@ -105,7 +104,7 @@ def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], run) -> int:
             _chosen[memo] = next((n for n in candidates if _position_invariant(run, n)), 1)
         if _chosen[memo] == 1:  # invariant still, but slow: say so once per shape
             warnings.warn(f"dlmpipe: this machine's {kind} kernel computes rows differently by their "
-                          f"place in every call size tried {candidates} (shape {key}, {threads} "
+                          f"place in every call size tried {candidates} (shape {key}, {memo[2]} "
                           "threads): one-row calls, row-invariant but slower (rowwise.py)", stacklevel=3)
     return _chosen[memo]
 
@@ -127,7 +126,10 @@ def linear(proj, x: Tensor) -> Tensor:
 
 def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)`` (``weight [N, K]``) with every row computed in a call of
-    ``R`` rows (module docstring)."""
+    ``R`` rows (module docstring). The toy's decodes make hundreds of thousands of these calls
+    of a few dozen microseconds each, so the glue around the products is kept to the few ops it
+    needs (issue 46): the chunk size is looked up before any probe is built, and a call of at
+    most ``R`` rows is one padded product without slicing."""
     if not exact_path(x) or weight.requires_grad and torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     k, n = x.shape[-1], weight.shape[0]
@@ -135,31 +137,45 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
     rows = flat.shape[0]
     if rows == 0:
         return F.linear(x, weight, bias)
-
-    def gemm(a: Tensor, out: Tensor) -> None:
-        if bias is None:
-            torch.mm(a, weight.t(), out=out)
-        else:
-            torch.addmm(bias, a, weight.t(), out=out)
-
-    def probe(r: int, gen: torch.Generator):
-        w = torch.randn(weight.shape, generator=gen, dtype=torch.float32).to(weight.dtype)
-        b = None if bias is None else torch.randn(n, generator=gen).to(bias.dtype)
-        a = torch.randn(r, k, generator=gen).to(x.dtype)
-        outs = [torch.empty(r, n, dtype=x.dtype) for _ in range(2)]
-        for src, out in zip((a, torch.roll(a, 1, dims=0)), outs):
-            torch.mm(src, w.t(), out=out) if b is None else torch.addmm(b, src, w.t(), out=out)
-        return outs
-
-    r = _chunk("linear", (k, n, bias is not None, x.dtype, weight.dtype), ROW_CHUNKS, probe)
+    key = (k, n, bias is not None, x.dtype, weight.dtype)
+    r = _chosen.get(("linear", key, torch.get_num_threads()))
+    if r is None:
+        r = _chunk("linear", key, ROW_CHUNKS, lambda r, gen: _linear_probe(r, gen, x, weight, bias))
     padded = _pad_rows(flat, r)
-    out = padded.new_empty(padded.shape[0], n, dtype=torch.result_type(flat, weight))
-    for lo in range(0, padded.shape[0], r):
-        gemm(padded[lo:lo + r], out[lo:lo + r])
+    total = padded.shape[0]
+    wt = weight.t()
+    out = padded.new_empty(total, n, dtype=flat.dtype if flat.dtype == weight.dtype
+                           else torch.result_type(flat, weight))
+    if total == r:
+        _gemm(padded, wt, bias, out)
+    else:
+        for lo in range(0, total, r):
+            _gemm(padded[lo:lo + r], wt, bias, out[lo:lo + r])
     if _perturbation:
         eps, gen = _perturbation[-1]
         out.mul_(1 + eps * torch.randn(out.shape, generator=gen, dtype=out.dtype))
-    return out[:rows].view(*x.shape[:-1], n)
+    return (out if total == rows else out[:rows]).view(x.shape[:-1] + (n,))
+
+
+def _gemm(a: Tensor, wt: Tensor, bias: Tensor | None, out: Tensor) -> None:
+    """One chunk's product, ``a @ wt (+ bias)`` into ``out``."""
+    if bias is None:
+        torch.mm(a, wt, out=out)
+    else:
+        torch.addmm(bias, a, wt, out=out)
+
+
+def _linear_probe(r: int, gen: torch.Generator, x: Tensor, weight: Tensor, bias: Tensor | None):
+    """``_chunk``'s run for ``matmul_rows``: ``r`` random rows through a random weight of
+    ``weight``'s shape and dtype, then the same rows shifted by one."""
+    k, n = x.shape[-1], weight.shape[0]
+    w = torch.randn(weight.shape, generator=gen, dtype=torch.float32).to(weight.dtype)
+    b = None if bias is None else torch.randn(n, generator=gen).to(bias.dtype)
+    a = torch.randn(r, k, generator=gen).to(x.dtype)
+    outs = [torch.empty(r, n, dtype=x.dtype) for _ in range(2)]
+    for src, out in zip((a, torch.roll(a, 1, dims=0)), outs):
+        _gemm(src, w.t(), b, out)
+    return outs
 
 
 def _pad_rows(flat: Tensor, r: int) -> Tensor:
@@ -179,17 +195,23 @@ def mean_square(x32: Tensor) -> Tensor:
     rows = flat.shape[0]
     if rows == 0:
         return x32.pow(2).mean(-1, keepdim=True)
-
-    def probe(r: int, gen: torch.Generator):
-        a = torch.randn(r, d, generator=gen)
-        return [a.pow(2).mean(-1, keepdim=True), torch.roll(a, 1, dims=0).pow(2).mean(-1, keepdim=True)]
-
-    r = _chunk("mean_square", (d,), ROW_CHUNKS, probe)
+    r = _chosen.get(("mean_square", (d,), torch.get_num_threads()))
+    if r is None:
+        r = _chunk("mean_square", (d,), ROW_CHUNKS, lambda r, gen: _mean_square_probe(r, gen, d))
     padded = _pad_rows(flat, r)
-    out = padded.new_empty(padded.shape[0], 1)
-    for lo in range(0, padded.shape[0], r):
-        torch.mean(padded[lo:lo + r].pow(2), -1, keepdim=True, out=out[lo:lo + r])
-    return out[:rows].view(*x32.shape[:-1], 1)
+    total = padded.shape[0]
+    out = padded.new_empty(total, 1)
+    if total == r:
+        torch.mean(padded.pow(2), -1, keepdim=True, out=out)
+    else:
+        for lo in range(0, total, r):
+            torch.mean(padded[lo:lo + r].pow(2), -1, keepdim=True, out=out[lo:lo + r])
+    return (out if total == rows else out[:rows]).view(x32.shape[:-1] + (1,))
+
+
+def _mean_square_probe(r: int, gen: torch.Generator, d: int):
+    a = torch.randn(r, d, generator=gen)
+    return [a.pow(2).mean(-1, keepdim=True), torch.roll(a, 1, dims=0).pow(2).mean(-1, keepdim=True)]
 
 
 # ---- attention ----------------------------------------------------------------------------
@@ -207,33 +229,45 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: boo
     if tq == 0:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
 
-    def probe(n: int, gen: torch.Generator):
-        qs = torch.randn(1, h, n, hd, generator=gen).to(q.dtype)
-        ks, vs = (torch.randn(1, hkv, tk, hd, generator=gen).to(k.dtype) for _ in range(2))
-        m = None
-        if mask is not None:
-            m = torch.rand(n, tk, generator=gen) < 0.7
-            m[:, 0] = True
-        outs = []
-        for shift in (0, 1):
-            mm = None if m is None else torch.roll(m, shift, dims=0)
-            o = F.scaled_dot_product_attention(torch.roll(qs, shift, dims=2), ks, vs, attn_mask=mm,
-                                               enable_gqa=enable_gqa)
-            outs.append(o[0].transpose(0, 1))  # rows first: [n, h, hd]
-        return outs
-
-    n = _chunk("attend", (h, hkv, hd, tk, mask is not None, q.dtype), QUERY_CHUNKS, probe)
+    key = (h, hkv, hd, tk, mask is not None, q.dtype)
+    n = _chosen.get(("attend", key, torch.get_num_threads()))
+    if n is None:
+        n = _chunk("attend", key, QUERY_CHUNKS,
+                   lambda n, gen: _attend_probe(n, gen, q, k, mask is not None, enable_gqa))
     pad = -tq % n
     if pad:
         q = torch.cat([q, q.new_zeros(b, h, pad, hd)], dim=2)
         if mask is not None:
             mask = torch.cat([mask, mask.new_ones(pad, tk)])
+    if tq + pad == n:  # one call
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
+        return out[:, :, :tq] if pad else out
     out = q.new_empty(b, h, tq + pad, hd)
     for lo in range(0, tq + pad, n):
         out[:, :, lo:lo + n] = F.scaled_dot_product_attention(
             q[:, :, lo:lo + n], k, v, attn_mask=None if mask is None else mask[lo:lo + n],
             enable_gqa=enable_gqa)
     return out[:, :, :tq]
+
+
+def _attend_probe(n: int, gen: torch.Generator, q: Tensor, k: Tensor, masked: bool, enable_gqa: bool):
+    """``_chunk``'s run for ``attend``: ``n`` random query rows (and mask rows) over random keys
+    of ``k``'s shape, then the same rows shifted by one; rows first, ``[n, h, hd]``."""
+    h, hd = q.shape[1], q.shape[3]
+    hkv, tk = k.shape[1], k.shape[2]
+    qs = torch.randn(1, h, n, hd, generator=gen).to(q.dtype)
+    ks, vs = (torch.randn(1, hkv, tk, hd, generator=gen).to(k.dtype) for _ in range(2))
+    m = None
+    if masked:
+        m = torch.rand(n, tk, generator=gen) < 0.7
+        m[:, 0] = True
+    outs = []
+    for shift in (0, 1):
+        mm = None if m is None else torch.roll(m, shift, dims=0)
+        o = F.scaled_dot_product_attention(torch.roll(qs, shift, dims=2), ks, vs, attn_mask=mm,
+                                           enable_gqa=enable_gqa)
+        outs.append(o[0].transpose(0, 1))  # rows first: [n, h, hd]
+    return outs
 
 
 # ---- element-wise functions ---------------------------------------------------------------
