@@ -246,12 +246,12 @@ def test_the_shipped_weights_are_what_train_toy_trains_with_the_recorded_options
         assert (out / name).read_bytes() == (TOY / name).read_bytes(), name
 
 
-#: how far the first 30 steps' weights may move where the kernels differ from the record's
+#: how far the first 10 steps' weights may move where the kernels differ from the record's
 #: (fingerprint_distance: the largest relative change of a parameter's mean or RMS). Measured on
 #: an AMD EPYC: its native AVX-512 kernels against MKL's AVX2 branch and ATen's AVX2 kernels
-#: moved the toy's by 2.1e-8 and the block toy's by 4.7e-8 (at 100 steps, on an Intel Xeon, the
-#: toy's by 1.25e-5); the 30th training step moves them by 0.0148 and 0.0289, over 100x this
-#: bound (at least 50x asserted, so the check tells 29 steps from 30)
+#: moved the toy's by 5.9e-9 and the block toy's by 7.6e-9 after 10 steps (2.1e-8 and 4.7e-8
+#: after 30; at 100 steps, on an Intel Xeon, the toy's by 1.25e-5); the 10th training step moves
+#: them by 0.024 and 0.0059, over 50x this bound (asserted, so the check tells 9 steps from 10)
 PREFIX_TOLERANCE = 1e-4
 
 
@@ -259,7 +259,7 @@ PREFIX_TOLERANCE = 1e-4
 def test_the_first_training_steps_are_what_train_toy_trains_with_the_recorded_options(name):
     """The cheap retraining check of each shipped toy (its whole retraining above costs ~15 CPU
     minutes): training.json's ``prefix`` holds the sha256 and a fingerprint (each parameter's
-    mean and RMS) of the weights after the first ``steps`` steps of the recorded training (30;
+    mean and RMS) of the weights after the first ``steps`` steps of the recorded training (10;
     the learning-rate schedule the whole training's), trained on one thread. This retrains those
     steps: where the kernels are the record's (torch, CPU, capability, threads, MKL/ATen
     settings), bit for bit; elsewhere by the near-tie rule's counterpart for training

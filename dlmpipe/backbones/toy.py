@@ -69,7 +69,7 @@ def training_environment(threads: int) -> dict:
 
 #: the training steps after which train_toy hashes the weights (``prefix`` in training.json): a
 #: cheap retraining check (tests/test_shipped_toy.py) that train_toy still trains the same bits
-PREFIX_STEPS = 30
+PREFIX_STEPS = 10
 
 
 def parameter_sha256(model: torch.nn.Module) -> str:
