@@ -91,21 +91,25 @@ def chunk_sizes() -> dict[tuple, int]:
     return dict(_chosen)
 
 
-def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], run) -> int:
-    """The first of ``candidates`` at which ``run(n, generator)`` (``n`` random rows through the
-    kernel, then the same rows shifted by one place) computes every position alike, else 1."""
+def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], probe, *args) -> int:
+    """The first of ``candidates`` at which ``probe(n, generator, *args)`` (``n`` random rows
+    through the kernel, then the same rows shifted by one place) computes every position alike,
+    else 1. Called on every primitive call: the probe runs only the first time per key."""
     memo = (kind, key, torch.get_num_threads())
-    if memo not in _chosen:
-        # outside any dispatch mode (a host-sync counter, a FLOP counter): the probe is this
-        # process's one-time check, not the step's work
-        from torch.utils._python_dispatch import _disable_current_modes
+    chosen = _chosen.get(memo)
+    if chosen is not None:
+        return chosen
+    run = lambda n, gen: probe(n, gen, *args)  # noqa: E731
+    # outside any dispatch mode (a host-sync counter, a FLOP counter): the probe is this
+    # process's one-time check, not the step's work
+    from torch.utils._python_dispatch import _disable_current_modes
 
-        with _disable_current_modes():
-            _chosen[memo] = next((n for n in candidates if _position_invariant(run, n)), 1)
-        if _chosen[memo] == 1:  # invariant still, but slow: say so once per shape
-            warnings.warn(f"dlmpipe: this machine's {kind} kernel computes rows differently by their "
-                          f"place in every call size tried {candidates} (shape {key}, {memo[2]} "
-                          "threads): one-row calls, row-invariant but slower (rowwise.py)", stacklevel=3)
+    with _disable_current_modes():
+        _chosen[memo] = next((n for n in candidates if _position_invariant(run, n)), 1)
+    if _chosen[memo] == 1:  # invariant still, but slow: say so once per shape
+        warnings.warn(f"dlmpipe: this machine's {kind} kernel computes rows differently by their "
+                      f"place in every call size tried {candidates} (shape {key}, {memo[2]} "
+                      "threads): one-row calls, row-invariant but slower (rowwise.py)", stacklevel=3)
     return _chosen[memo]
 
 
@@ -128,8 +132,7 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
     """``F.linear(x, weight, bias)`` (``weight [N, K]``) with every row computed in a call of
     ``R`` rows (module docstring). The toy's decodes make hundreds of thousands of these calls
     of a few dozen microseconds each, so the glue around the products is kept to the few ops it
-    needs (issue 46): the chunk size is looked up before any probe is built, and a call of at
-    most ``R`` rows is one padded product without slicing."""
+    needs: a call of at most ``R`` rows is one padded product without slicing."""
     if not exact_path(x) or weight.requires_grad and torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     k, n = x.shape[-1], weight.shape[0]
@@ -138,9 +141,7 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
     if rows == 0:
         return F.linear(x, weight, bias)
     key = (k, n, bias is not None, x.dtype, weight.dtype)
-    r = _chosen.get(("linear", key, torch.get_num_threads()))
-    if r is None:
-        r = _chunk("linear", key, ROW_CHUNKS, lambda r, gen: _linear_probe(r, gen, x, weight, bias))
+    r = _chunk("linear", key, ROW_CHUNKS, _linear_probe, x, weight, bias)
     padded = _pad_rows(flat, r)
     total = padded.shape[0]
     wt = weight.t()
@@ -195,9 +196,7 @@ def mean_square(x32: Tensor) -> Tensor:
     rows = flat.shape[0]
     if rows == 0:
         return x32.pow(2).mean(-1, keepdim=True)
-    r = _chosen.get(("mean_square", (d,), torch.get_num_threads()))
-    if r is None:
-        r = _chunk("mean_square", (d,), ROW_CHUNKS, lambda r, gen: _mean_square_probe(r, gen, d))
+    r = _chunk("mean_square", (d,), ROW_CHUNKS, _mean_square_probe, d)
     padded = _pad_rows(flat, r)
     total = padded.shape[0]
     out = padded.new_empty(total, 1)
@@ -230,10 +229,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: boo
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
 
     key = (h, hkv, hd, tk, mask is not None, q.dtype)
-    n = _chosen.get(("attend", key, torch.get_num_threads()))
-    if n is None:
-        n = _chunk("attend", key, QUERY_CHUNKS,
-                   lambda n, gen: _attend_probe(n, gen, q, k, mask is not None, enable_gqa))
+    n = _chunk("attend", key, QUERY_CHUNKS, _attend_probe, q, k, mask is not None, enable_gqa)
     pad = -tq % n
     if pad:
         q = torch.cat([q, q.new_zeros(b, h, pad, hd)], dim=2)
