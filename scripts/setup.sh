@@ -41,17 +41,8 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   rm -f "$log"
 fi
 
-# The venv's interpreter: PYTHON if given; else the distribution's /usr/bin/python3 where it is
-# 3.10+ and can make a venv; else python3 on PATH. Distributions build theirs with PGO and LTO and
-# link it statically: this project's Python (pytest, Snakemake's DAG, pip, the decode loop's glue
-# around each torch call) runs on it 25% faster than on an unoptimized shared build such as
-# pyenv's default (issue 46: a pure-Python loop 1.07 -> 0.80 s; decode-bound test files -8%).
-if [ -z "${PYTHON:-}" ]; then
-  PYTHON=python3
-  if /usr/bin/python3 -c 'import sys, ensurepip, venv; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
-    PYTHON=/usr/bin/python3
-  fi
-fi
+# The venv's interpreter: PYTHON, else the distribution's python3 (scripts/venv-python.sh says why)
+PYTHON=$(bash scripts/venv-python.sh)
 
 pip_install() {
   local log

@@ -60,3 +60,58 @@ def test_a_gpu_environment_names_the_gpu_driver_and_cuda(monkeypatch):
     assert {k: v for k, v in gpu.items() if not k.startswith(("gpu", "cuda", "fingerprint"))} == \
         {k: v for k, v in cpu.items() if not k.startswith(("gpu", "cuda", "fingerprint"))}
     assert gpu["fingerprint"] != cpu["fingerprint"]
+
+
+# ---- the interpreter scripts/setup.sh makes .venv with (scripts/venv-python.sh) ----
+def _venv_python(tmp_path, distro: str | None, **env: str) -> str:
+    """What scripts/venv-python.sh chooses with DISTRO_PYTHON a stand-in script (``distro``: its
+    body; None: no such file) and PYTHON unset unless given."""
+    import subprocess
+    from pathlib import Path
+
+    from .workflow import REPO
+
+    fake = tmp_path / "distro-python3"
+    if distro is not None:
+        fake.write_text("#!/bin/sh\n" + distro)
+        fake.chmod(0o755)
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    out = subprocess.run(["bash", str(Path(REPO) / "scripts" / "venv-python.sh")], check=True,
+                         capture_output=True, text=True, env={**environ, "DISTRO_PYTHON": str(fake), **env})
+    return out.stdout.strip()
+
+
+def test_setup_prefers_the_distributions_python_where_it_can_make_a_venv(tmp_path):
+    import sys
+
+    fake = str(tmp_path / "distro-python3")
+    # a 3.10+ interpreter with venv and ensurepip (this one stands in: the suite needs 3.10+)
+    assert _venv_python(tmp_path, f'exec {sys.executable} "$@"\n') == fake
+    # one that cannot make a venv (Debian without python3-venv), or an older Python, or none
+    assert _venv_python(tmp_path, 'exit 1\n') == "python3"
+    assert _venv_python(tmp_path, None) == "python3"
+    # the user's choice wins
+    assert _venv_python(tmp_path, f'exec {sys.executable} "$@"\n', PYTHON="/opt/py/bin/python3") == \
+        "/opt/py/bin/python3"
+
+
+def test_the_repositorys_venv_runs_on_the_interpreter_setup_chooses(tmp_path):
+    """Where this suite runs in the .venv that scripts/setup.sh made (make test, CI) with no
+    PYTHON given, that venv's interpreter is the one venv-python.sh chooses here."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from .workflow import REPO
+
+    venv = Path(REPO) / ".venv"
+    if Path(sys.prefix).resolve() != venv.resolve() or not (venv / ".dlmpipe-installed").is_file():
+        pytest.skip("not running in the repository's .venv as scripts/setup.sh made it")
+    if os.environ.get("PYTHON"):
+        pytest.skip("PYTHON is set: setup used the interpreter it names")
+    chosen = subprocess.run(["bash", str(Path(REPO) / "scripts" / "venv-python.sh")], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    # the real file each runs: the venv's python links to its base interpreter's
+    real = subprocess.run([chosen, "-c", "import os, sys; print(os.path.realpath(sys.executable))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    assert Path(real) == (venv / "bin" / "python").resolve(), (chosen, real)
