@@ -66,3 +66,58 @@ def test_where_no_chunk_size_is_invariant_rows_go_one_per_call_and_it_says_so(mo
         y = rowwise.matmul_rows(x, w)
     assert set(rowwise.chunk_sizes().values()) == {1}
     assert all(torch.equal(y[i], rowwise.matmul_rows(x[i:i + 1], w)[0]) for i in range(7))
+
+
+def test_a_large_calls_rows_have_the_bits_of_the_same_rows_alone(monkeypatch):
+    """Calls of many rows run in the larger sizes ``_ladder`` found (multiples of the chunk), each
+    row with the bits it has alone; the calls made are ``_spans``' (fails if the spans lose or
+    repeat rows, or if a size were used that rounds otherwise)."""
+    import torch
+
+    from dlmpipe.backbones import rowwise
+
+    monkeypatch.setattr(rowwise, "_ladders", {})
+    g = torch.Generator().manual_seed(0)
+    w, b = torch.randn(48, 40, generator=g), torch.randn(48, generator=g)
+    x = torch.randn(1100, 40, generator=g)
+    y, ms = rowwise.matmul_rows(x, w, b), rowwise.mean_square(x)  # (the probes run once, here)
+    calls = []
+    gemm = rowwise._gemm
+    monkeypatch.setattr(rowwise, "_gemm", lambda a, *rest: (calls.append(a.shape[0]), gemm(a, *rest))[1])
+    assert torch.equal(rowwise.matmul_rows(x, w, b), y)
+    r = rowwise.chunk_sizes()[("linear", (40, 48, True, torch.float32, torch.float32), torch.get_num_threads())]
+    ladder = rowwise.call_sizes()[("linear", (40, 48, True, torch.float32, torch.float32), r, torch.get_num_threads())]
+    total = -(-1100 // r) * r
+    assert calls == [hi - lo for lo, hi in rowwise._spans(total, r, ladder)] and sum(calls) == total
+    for rows in (1, r - 1, r + 1, 2 * r + 3, 300, 700, 1100):
+        assert torch.equal(rowwise.matmul_rows(x[:rows], w, b), y[:rows]), rows
+        assert torch.equal(rowwise.mean_square(x[:rows]), ms[:rows]), rows
+    alone = torch.stack([rowwise.matmul_rows(x[i:i + 1], w, b)[0] for i in range(0, 1100, 37)])
+    assert torch.equal(alone, y[::37])
+    assert torch.equal(torch.cat([rowwise.mean_square(x[i:i + 1]) for i in range(0, 1100, 37)]), ms[::37])
+
+
+def test_a_larger_call_size_that_rounds_otherwise_is_never_used(monkeypatch):
+    """A kernel whose larger calls round rows differently (simulated: the last bit of every
+    product of more than one chunk's rows) gets no larger sizes: rows stay in chunk-size calls,
+    each with its bits alone."""
+    import torch
+
+    from dlmpipe.backbones import rowwise
+
+    monkeypatch.setattr(rowwise, "_ladders", {})
+    g = torch.Generator().manual_seed(1)
+    w, x = torch.randn(24, 40, generator=g), torch.randn(500, 40, generator=g)
+    rowwise.matmul_rows(x[:1], w)  # the chunk size, chosen on the true kernel (one chunk: no ladder)
+    r = rowwise.chunk_sizes()[("linear", (40, 24, False, torch.float32, torch.float32), torch.get_num_threads())]
+    gemm = rowwise._gemm
+
+    def rounding_otherwise(a, wt, bias, out):
+        gemm(a, wt, bias, out)
+        if a.shape[0] > r:
+            out.copy_(torch.nextafter(out, torch.full_like(out, float("inf"))))
+
+    monkeypatch.setattr(rowwise, "_gemm", rounding_otherwise)
+    y = rowwise.matmul_rows(x, w)
+    assert set(v for (kind, *_), v in rowwise.call_sizes().items() if kind == "linear") == {()}
+    assert torch.equal(y[::23], torch.stack([rowwise.matmul_rows(x[i:i + 1], w)[0] for i in range(0, 500, 23)]))
