@@ -43,6 +43,17 @@ fi
 
 # The venv's interpreter: PYTHON, else the distribution's python3 (scripts/venv-python.sh says why)
 PYTHON=$(bash scripts/venv-python.sh)
+# A venv cannot change its interpreter: one made with another (an earlier setup's choice, or
+# another PYTHON) is made again, and everything installed anew
+if [ -x $VENV/bin/python ]; then
+  real='import os, sys; print(os.path.realpath(sys.executable))'
+  made=$($VENV/bin/python -c "$real" 2>/dev/null || true)
+  chosen=$("$PYTHON" -c "$real" 2>/dev/null || true)
+  if [ -n "$chosen" ] && [ "$made" != "$chosen" ]; then
+    echo "setup: making $VENV again with $PYTHON (it runs on ${made:-an interpreter that is gone})"
+    rm -rf $VENV
+  fi
+fi
 
 pip_install() {
   local log
