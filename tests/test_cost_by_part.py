@@ -129,13 +129,8 @@ def test_setup_scales_its_cpu_and_keeps_its_waiting_and_adds_to_the_suite(tmp_pa
 def test_setup_recorded_the_install_this_suite_runs_in():
     """scripts/setup.sh writes its record beside its stamp whenever it installs: where this suite
     runs in the repository's .venv (make test), the record of that install is there."""
-    import sys
-    from pathlib import Path
+    from .workflow import skip_unless_in_setup_venv
 
-    import pytest
-
-    venv = REPO / ".venv"
-    if Path(sys.prefix).resolve() != venv.resolve() or not (venv / ".dlmpipe-installed").is_file():
-        pytest.skip("not running in the repository's .venv as scripts/setup.sh made it")
+    venv = skip_unless_in_setup_venv()
     wall, cpu, there = cost_by_part.setup_there(venv / ".dlmpipe-setup-time.json", 2.0)
     assert wall > 1 and cpu > 1 and there >= wall  # an install of torch takes seconds

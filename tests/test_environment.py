@@ -96,19 +96,15 @@ def test_setup_prefers_the_distributions_python_where_it_can_make_a_venv(tmp_pat
 
 
 def test_the_repositorys_venv_runs_on_the_interpreter_setup_chooses(tmp_path):
-    """Where this suite runs in the .venv that scripts/setup.sh made (make test, CI) with no
-    PYTHON given, that venv's interpreter is the one venv-python.sh chooses here."""
+    """Where this suite runs in the .venv that scripts/setup.sh made (make test, CI), that
+    venv's interpreter is the one venv-python.sh chooses here (PYTHON's where it is set: setup
+    makes a venv of another interpreter again)."""
     import subprocess
-    import sys
     from pathlib import Path
 
-    from .workflow import REPO
+    from .workflow import REPO, skip_unless_in_setup_venv
 
-    venv = Path(REPO) / ".venv"
-    if Path(sys.prefix).resolve() != venv.resolve() or not (venv / ".dlmpipe-installed").is_file():
-        pytest.skip("not running in the repository's .venv as scripts/setup.sh made it")
-    if os.environ.get("PYTHON"):
-        pytest.skip("PYTHON is set: setup used the interpreter it names")
+    venv = skip_unless_in_setup_venv()
     chosen = subprocess.run(["bash", str(Path(REPO) / "scripts" / "venv-python.sh")], check=True,
                             capture_output=True, text=True).stdout.strip()
     # the real file each runs: the venv's python links to its base interpreter's

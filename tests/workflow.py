@@ -35,6 +35,19 @@ REPORT_JOBS = {("summarize", None, None, None), ("plot", None, None, None),
                ("plot_sweeps", None, None, None), ("tables", None, None, None)}
 
 
+def skip_unless_in_setup_venv() -> Path:
+    """The repository's .venv, where this suite runs in it as scripts/setup.sh made it (make
+    test, CI); elsewhere the calling test skips, saying so."""
+    import sys
+
+    import pytest
+
+    venv = REPO / ".venv"
+    if Path(sys.prefix).resolve() != venv.resolve() or not (venv / ".dlmpipe-installed").is_file():
+        pytest.skip("not running in the repository's .venv as scripts/setup.sh made it")
+    return venv
+
+
 def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None,
                   check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run this repository's workflow in ``workdir`` (its own .snakemake and results), in

@@ -133,8 +133,8 @@ def _ladder(kind: str, key: tuple, r: int, probe, *args) -> tuple[int, ...]:
     """The call sizes beyond ``r`` (``CALL_MULTIPLES`` of it, largest first) at which
     ``probe(s, r, generator, *args)`` (``s`` random rows in one call, then in calls of ``r``)
     gives every row the same bits, on two draws: data-oblivious kernels (module docstring) then
-    compute any rows so. None where ``r`` is 1 (the fallback of kernels that compute rows by
-    their place). Checked once per key, ``r`` and thread count, as ``_chunk``."""
+    compute any rows so. None (``()``) where ``r`` is 1, the fallback of kernels that compute
+    rows by their place. Checked once per key, ``r`` and thread count, as ``_chunk``."""
     memo = (kind, key, r, torch.get_num_threads())
     sizes = _ladders.get(memo)
     if sizes is not None:
@@ -217,28 +217,30 @@ def _gemm(a: Tensor, wt: Tensor, bias: Tensor | None, out: Tensor) -> None:
 def _linear_probe(r: int, gen: torch.Generator, x: Tensor, weight: Tensor, bias: Tensor | None):
     """``_chunk``'s run for ``matmul_rows``: ``r`` random rows through a random weight of
     ``weight``'s shape and dtype, then the same rows shifted by one."""
-    k, n = x.shape[-1], weight.shape[0]
-    w = torch.randn(weight.shape, generator=gen, dtype=torch.float32).to(weight.dtype)
-    b = None if bias is None else torch.randn(n, generator=gen).to(bias.dtype)
-    a = torch.randn(r, k, generator=gen).to(x.dtype)
-    outs = [torch.empty(r, n, dtype=x.dtype) for _ in range(2)]
+    a, wt, b = _random_operands(r, gen, x, weight, bias)
+    outs = [torch.empty(r, wt.shape[1], dtype=x.dtype) for _ in range(2)]
     for src, out in zip((a, torch.roll(a, 1, dims=0)), outs):
-        _gemm(src, w.t(), b, out)
+        _gemm(src, wt, b, out)
     return outs
+
+
+def _random_operands(rows: int, gen: torch.Generator, x: Tensor, weight: Tensor, bias: Tensor | None):
+    """The probes' ``rows`` random rows, transposed weight and bias, of the call's dtypes."""
+    w = torch.randn(weight.shape, generator=gen, dtype=torch.float32).to(weight.dtype)
+    b = None if bias is None else torch.randn(weight.shape[0], generator=gen).to(bias.dtype)
+    return torch.randn(rows, x.shape[-1], generator=gen).to(x.dtype), w.t(), b
 
 
 def _linear_calls_probe(s: int, r: int, gen: torch.Generator, x: Tensor, weight: Tensor,
                         bias: Tensor | None):
     """``_ladder``'s run for ``matmul_rows``: ``s`` random rows through a random weight of
     ``weight``'s shape and dtype in one call, then in calls of ``r`` rows."""
-    w = torch.randn(weight.shape, generator=gen, dtype=torch.float32).to(weight.dtype)
-    b = None if bias is None else torch.randn(weight.shape[0], generator=gen).to(bias.dtype)
-    a = torch.randn(s, x.shape[-1], generator=gen).to(x.dtype)
+    a, wt, b = _random_operands(s, gen, x, weight, bias)
     outs = []
     for size in (s, r):
-        out = torch.empty(s, weight.shape[0], dtype=x.dtype)
+        out = torch.empty(s, wt.shape[1], dtype=x.dtype)
         for lo in range(0, s, size):
-            _gemm(a[lo:lo + size], w.t(), b, out[lo:lo + size])
+            _gemm(a[lo:lo + size], wt, b, out[lo:lo + size])
         outs.append(out)
     return outs
 
