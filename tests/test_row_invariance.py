@@ -69,9 +69,9 @@ def test_where_no_chunk_size_is_invariant_rows_go_one_per_call_and_it_says_so(mo
 
 
 def test_a_large_calls_rows_have_the_bits_of_the_same_rows_alone(monkeypatch):
-    """Calls of many rows run in the larger sizes ``_ladder`` found (multiples of the chunk), each
-    row with the bits it has alone; the calls made are ``_spans``' (fails if the spans lose or
-    repeat rows, or if a size were used that rounds otherwise)."""
+    """Calls run in the sizes ``_ladder`` found (multiples of the chunk for many rows, divisors
+    for the last few), each row with the bits it has alone; the calls made are ``_spans``' (fails
+    if the spans lose or repeat rows, or if a size were used that rounds otherwise)."""
     import torch
 
     from dlmpipe.backbones import rowwise
@@ -87,9 +87,11 @@ def test_a_large_calls_rows_have_the_bits_of_the_same_rows_alone(monkeypatch):
     assert torch.equal(rowwise.matmul_rows(x, w, b), y)
     r = rowwise.chunk_sizes()[("linear", (40, 48, True, torch.float32, torch.float32), torch.get_num_threads())]
     ladder = rowwise.call_sizes()[("linear", (40, 48, True, torch.float32, torch.float32), r, torch.get_num_threads())]
-    total = -(-1100 // r) * r
-    assert calls == [hi - lo for lo, hi in rowwise._spans(total, r, ladder)] and sum(calls) == total
-    for rows in (1, r - 1, r + 1, 2 * r + 3, 300, 700, 1100):
+    spans = rowwise._spans(1100, r, ladder, -(-rowwise.CALL_MACS // (40 * 48)))
+    assert calls == [hi - lo for lo, hi in spans]
+    assert [lo for lo, _ in spans] == [0] + [hi for _, hi in spans[:-1]]  # every row once, in order
+    assert 1100 <= spans[-1][1] < 1100 + r
+    for rows in (1, 3, r // 4, r // 4 + 1, r - 1, r + 1, 2 * r + 3, 300, 700, 1100):
         assert torch.equal(rowwise.matmul_rows(x[:rows], w, b), y[:rows]), rows
         assert torch.equal(rowwise.mean_square(x[:rows]), ms[:rows]), rows
     alone = torch.stack([rowwise.matmul_rows(x[i:i + 1], w, b)[0] for i in range(0, 1100, 37)])
@@ -97,27 +99,31 @@ def test_a_large_calls_rows_have_the_bits_of_the_same_rows_alone(monkeypatch):
     assert torch.equal(torch.cat([rowwise.mean_square(x[i:i + 1]) for i in range(0, 1100, 37)]), ms[::37])
 
 
-def test_a_larger_call_size_that_rounds_otherwise_is_never_used(monkeypatch):
-    """A kernel whose larger calls round rows differently (simulated: the last bit of every
-    product of more than one chunk's rows) gets no larger sizes: rows stay in chunk-size calls,
-    each with its bits alone."""
+@pytest.mark.parametrize("other", ["larger", "smaller"])
+def test_a_call_size_that_rounds_otherwise_is_never_used(monkeypatch, other):
+    """A kernel whose larger (or smaller) calls round rows differently (simulated: the last bit
+    of every product of more (fewer) rows than a chunk's) gets no such sizes: those rows stay in
+    chunk-size calls, each with its bits alone."""
     import torch
 
     from dlmpipe.backbones import rowwise
 
-    monkeypatch.setattr(rowwise, "_ladders", {})
     g = torch.Generator().manual_seed(1)
     w, x = torch.randn(24, 40, generator=g), torch.randn(500, 40, generator=g)
-    rowwise.matmul_rows(x[:1], w)  # the chunk size, chosen on the true kernel (one chunk: no ladder)
+    rowwise.matmul_rows(x[:1], w)  # the chunk size, chosen on the true kernel
     r = rowwise.chunk_sizes()[("linear", (40, 24, False, torch.float32, torch.float32), torch.get_num_threads())]
+    monkeypatch.setattr(rowwise, "_ladders", {})
     gemm = rowwise._gemm
+    rounds_otherwise = (lambda rows: rows > r) if other == "larger" else (lambda rows: rows < r)
 
-    def rounding_otherwise(a, wt, bias, out):
-        gemm(a, wt, bias, out)
-        if a.shape[0] > r:
+    def rounding_otherwise(a, wt, bias, out=None):
+        out = gemm(a, wt, bias, out)
+        if rounds_otherwise(a.shape[0]):
             out.copy_(torch.nextafter(out, torch.full_like(out, float("inf"))))
+        return out
 
     monkeypatch.setattr(rowwise, "_gemm", rounding_otherwise)
     y = rowwise.matmul_rows(x, w)
-    assert set(v for (kind, *_), v in rowwise.call_sizes().items() if kind == "linear") == {()}
+    sizes = [v for (kind, *_), v in rowwise.call_sizes().items() if kind == "linear"]
+    assert sizes and not any(map(rounds_otherwise, sum(sizes, ())))
     assert torch.equal(y[::23], torch.stack([rowwise.matmul_rows(x[i:i + 1], w)[0] for i in range(0, 500, 23)]))

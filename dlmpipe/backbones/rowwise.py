@@ -11,9 +11,10 @@ How, by construction rather than by one CPU's kernels:
   rows in calls of one fixed shape: chunks of ``R`` rows, the last zero-padded. A BLAS picks its
   algorithm by the call's shape (MKL computes 1-3 rows with a GEMV-like kernel, splits rows among
   threads by the row count, and its AVX2 path rounds the rows of a 6-row tile's remainder
-  differently: measured), so one shape means one algorithm for every row. A call of many rows
-  may also use a few larger shapes, multiples of ``R`` (``CALL_MULTIPLES``), each only where it
-  is checked to give every row the bits of ``R``-row calls (``_ladder``): fewer, faster calls;
+  differently: measured), so one shape means one algorithm for every row. A call may also use a
+  few other shapes, multiples of ``R`` for many rows (``CALL_MULTIPLES``) and divisors of ``R``
+  for a call's last few rows (``CALL_DIVISORS``), each only where it is checked to give every
+  row the bits of ``R``-row calls (``_ladder``): fewer, faster calls, less padding;
 - attention runs its query rows in chunks of ``Q`` (SDPA's CPU kernel blocks queries by the
   query count and computes a block's last 1-2 rows with another GEMM);
 - element-wise transcendental functions (SiLU, sigmoid, RoPE's cos/sin) run single-threaded over
@@ -60,9 +61,18 @@ ELEMENT_CHUNK = 16384
 #: through the toy's 128 x 384 product on one Zen 3 core: ten 32-row calls 505 us, 256 + two 32
 #: 392 us, bit for bit the same (issue 46)
 CALL_MULTIPLES = (16, 8, 4, 2)
+#: smaller calls for the rows past a call's last whole chunk (and calls of fewer than ``R``
+#: rows), as divisors of ``R``, under the same check: a call's remainder goes into the smallest
+#: checked size that holds it, so 8 rows compute 8 rows, not a padded chunk of 32 (1- and 2-row
+#: calls fail the check on a Zen 3: MKL computes them with its GEMV-like kernel)
+CALL_DIVISORS = (2, 4, 8)
+#: what one more call costs in multiply-adds (``_spans`` weighs calls against padded rows): about
+#: 4 us of glue around a product (slices, the call) at one core's ~30 G multiply-adds a second
+CALL_MACS = 120_000
 
 _chosen: dict[tuple, int] = {}  # (kind, shape key, threads) -> chunk size
-_ladders: dict[tuple, tuple[int, ...]] = {}  # (kind, shape key, R, threads) -> larger call sizes
+_ladders: dict[tuple, tuple[int, ...]] = {}  # (kind, shape key, R, threads) -> other call sizes
+_layouts: dict[tuple, tuple] = {}  # (rows, R, other sizes) -> a call's spans (``_spans``)
 _perturbation: list = []  # [(eps, generator)] while ``perturbed`` is active
 _plain: list = []  # non-empty inside ``plain_ops``
 
@@ -103,7 +113,7 @@ def chunk_sizes() -> dict[tuple, int]:
 
 
 def call_sizes() -> dict[tuple, tuple[int, ...]]:
-    """The larger call sizes found so far (kind, shape, chunk size, threads -> sizes)."""
+    """The other call sizes found so far (kind, shape, chunk size, threads -> sizes)."""
     return dict(_ladders)
 
 
@@ -130,35 +140,59 @@ def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], probe, *args) -> 
 
 
 def _ladder(kind: str, key: tuple, r: int, probe, *args) -> tuple[int, ...]:
-    """The call sizes beyond ``r`` (``CALL_MULTIPLES`` of it, largest first) at which
-    ``probe(s, r, generator, *args)`` (``s`` random rows in one call, then in calls of ``r``)
-    gives every row the same bits, on two draws: data-oblivious kernels (module docstring) then
-    compute any rows so. None (``()``) where ``r`` is 1, the fallback of kernels that compute
-    rows by their place. Checked once per key, ``r`` and thread count, as ``_chunk``."""
+    """The call sizes other than ``r`` (``CALL_MULTIPLES`` and ``CALL_DIVISORS`` of it, largest
+    first) at which ``probe(s, t, generator, *args)`` (``s`` random rows in one call, then in
+    calls of ``t``, for the larger and smaller of the size and ``r``) gives every row the same
+    bits, on two draws: data-oblivious kernels (module docstring) then compute any rows so. None
+    (``()``) where ``r`` is 1, the fallback of kernels that compute rows by their place. Checked
+    once per key, ``r`` and thread count, as ``_chunk``."""
     memo = (kind, key, r, torch.get_num_threads())
     sizes = _ladders.get(memo)
     if sizes is not None:
         return sizes
     from torch.utils._python_dispatch import _disable_current_modes
 
-    def same(s: int) -> bool:
-        gen = torch.Generator().manual_seed(s)
-        return all(torch.equal(*probe(s, r, gen, *args)) for _ in range(2))
+    def same(size: int) -> bool:
+        gen = torch.Generator().manual_seed(size)
+        return all(torch.equal(*probe(max(size, r), min(size, r), gen, *args)) for _ in range(2))
 
+    candidates = [m * r for m in CALL_MULTIPLES] + [r // d for d in CALL_DIVISORS if r % d == 0]
     with _disable_current_modes():
-        sizes = () if r == 1 else tuple(m * r for m in CALL_MULTIPLES if same(m * r))
+        sizes = () if r == 1 else tuple(s for s in candidates if same(s))
     _ladders[memo] = sizes
     return sizes
 
 
-def _spans(total: int, r: int, ladder: tuple[int, ...]):
-    """``(lo, hi)`` of the calls over ``total`` rows (a multiple of ``r``): the largest sizes of
-    ``ladder`` that fit first, then ``r``-row calls."""
-    lo = 0
-    for size in ladder + (r,):
-        while total - lo >= size:
-            yield lo, lo + size
-            lo += size
+def _spans(rows: int, r: int, sizes: tuple[int, ...], call_rows: int) -> tuple[tuple[int, int], ...]:
+    """``(lo, hi)`` of the calls over ``rows`` rows (the last ``hi``: the row count with the zero
+    rows that pad the last call), in ``r`` and the checked ``sizes`` (``_ladder``), the cheapest
+    of three layouts when a call costs ``call_rows`` rows' compute: whole chunks in the largest
+    sizes that fit, the rest in the smallest size that holds it; one call of the smallest size
+    that holds every row; the rows padded to whole chunks in the largest sizes that fit. Kept
+    per ``(rows, r, sizes, call_rows)``."""
+    memo = (rows, r, sizes, call_rows)
+    spans = _layouts.get(memo)
+    if spans is None:
+        larger = tuple(s for s in sizes if s > r) + (r,)
+
+        def whole_chunks(total: int) -> list[tuple[int, int]]:
+            out, lo = [], 0
+            for size in larger:
+                while total - lo >= size:
+                    out.append((lo, lo + size))
+                    lo += size
+            return out
+
+        whole = rows - rows % r
+        split = whole_chunks(whole)
+        if rows > whole:
+            split.append((whole, whole + min(s for s in sizes + (r,) if rows - whole <= s <= r)))
+        one = [(0, s) for s in sorted(sizes + (r,)) if s >= rows][:1]
+        padded = whole_chunks(-(-rows // r) * r)
+        # ties: the fewest calls
+        spans = min(filter(None, (one, padded, split)), key=lambda c: len(c) * call_rows + c[-1][1])
+        spans = _layouts[memo] = tuple(spans)
+    return spans
 
 
 def _position_invariant(run, n: int) -> bool:
@@ -178,9 +212,9 @@ def linear(proj, x: Tensor) -> Tensor:
 
 def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)`` (``weight [N, K]``) with every row computed in a call of
-    ``R`` rows (module docstring). The toy's decodes make hundreds of thousands of these calls
-    of a few dozen microseconds each, so the glue around the products is kept to the few ops it
-    needs: a call of at most ``R`` rows is one padded product without slicing."""
+    ``R`` rows, or of a size checked to give the same bits (module docstring). The toy's decodes
+    make hundreds of thousands of these calls of a few microseconds each, so the glue around the
+    products is kept to the few ops it needs: a call of one span is one padded product."""
     if not exact_path(x) or weight.requires_grad and torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     k, n = x.shape[-1], weight.shape[0]
@@ -190,15 +224,17 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
         return F.linear(x, weight, bias)
     key = (k, n, bias is not None, x.dtype, weight.dtype)
     r = _chunk("linear", key, ROW_CHUNKS, _linear_probe, x, weight, bias)
-    padded = _pad_rows(flat, r)
-    total = padded.shape[0]
+    spans = _spans(rows, r, _ladder("linear", key, r, _linear_calls_probe, x, weight, bias),
+                   -(-CALL_MACS // (k * n)))
+    total = spans[-1][1]
+    padded = _pad_rows(flat, total)
     wt = weight.t()
-    out = padded.new_empty(total, n, dtype=flat.dtype if flat.dtype == weight.dtype
-                           else torch.result_type(flat, weight))
-    if total == r:
-        _gemm(padded, wt, bias, out)
+    if len(spans) == 1:
+        out = _gemm(padded, wt, bias)
     else:
-        for lo, hi in _spans(total, r, _ladder("linear", key, r, _linear_calls_probe, x, weight, bias)):
+        out = padded.new_empty(total, n, dtype=flat.dtype if flat.dtype == weight.dtype
+                               else torch.result_type(flat, weight))
+        for lo, hi in spans:
             _gemm(padded[lo:hi], wt, bias, out[lo:hi])
     if _perturbation:
         eps, gen = _perturbation[-1]
@@ -206,12 +242,11 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
     return (out if total == rows else out[:rows]).view(x.shape[:-1] + (n,))
 
 
-def _gemm(a: Tensor, wt: Tensor, bias: Tensor | None, out: Tensor) -> None:
-    """One chunk's product, ``a @ wt (+ bias)`` into ``out``."""
+def _gemm(a: Tensor, wt: Tensor, bias: Tensor | None, out: Tensor | None = None) -> Tensor:
+    """One call's product, ``a @ wt (+ bias)`` (into ``out`` where given)."""
     if bias is None:
-        torch.mm(a, wt, out=out)
-    else:
-        torch.addmm(bias, a, wt, out=out)
+        return torch.mm(a, wt, out=out) if out is not None else torch.mm(a, wt)
+    return torch.addmm(bias, a, wt, out=out) if out is not None else torch.addmm(bias, a, wt)
 
 
 def _linear_probe(r: int, gen: torch.Generator, x: Tensor, weight: Tensor, bias: Tensor | None):
@@ -245,11 +280,10 @@ def _linear_calls_probe(s: int, r: int, gen: torch.Generator, x: Tensor, weight:
     return outs
 
 
-def _pad_rows(flat: Tensor, r: int) -> Tensor:
-    pad = -flat.shape[0] % r
-    if not pad:
-        return flat.contiguous()
-    return torch.cat([flat, flat.new_zeros(pad, flat.shape[1])])
+def _pad_rows(flat: Tensor, total: int) -> Tensor:
+    """``flat`` with zero rows up to ``total``, contiguous (one op)."""
+    pad = total - flat.shape[0]
+    return torch.constant_pad_nd(flat, (0, 0, 0, pad)) if pad else flat.contiguous()
 
 
 # ---- norms --------------------------------------------------------------------------------
@@ -263,13 +297,15 @@ def mean_square(x32: Tensor) -> Tensor:
     if rows == 0:
         return x32.pow(2).mean(-1, keepdim=True)
     r = _chunk("mean_square", (d,), ROW_CHUNKS, _mean_square_probe, d)
-    padded = _pad_rows(flat, r)
-    total = padded.shape[0]
-    out = padded.new_empty(total, 1)
-    if total == r:
-        torch.mean(padded.pow(2), -1, keepdim=True, out=out)
+    spans = _spans(rows, r, _ladder("mean_square", (d,), r, _mean_square_calls_probe, d),
+                   -(-CALL_MACS // d))
+    total = spans[-1][1]
+    padded = _pad_rows(flat, total)
+    if len(spans) == 1:
+        out = torch.mean(padded.pow(2), -1, keepdim=True)
     else:
-        for lo, hi in _spans(total, r, _ladder("mean_square", (d,), r, _mean_square_calls_probe, d)):
+        out = padded.new_empty(total, 1)
+        for lo, hi in spans:
             torch.mean(padded[lo:hi].pow(2), -1, keepdim=True, out=out[lo:hi])
     return (out if total == rows else out[:rows]).view(x32.shape[:-1] + (1,))
 
