@@ -99,11 +99,12 @@ def test_a_large_calls_rows_have_the_bits_of_the_same_rows_alone(monkeypatch):
     assert torch.equal(torch.cat([rowwise.mean_square(x[i:i + 1]) for i in range(0, 1100, 37)]), ms[::37])
 
 
-@pytest.mark.parametrize("other", ["larger", "smaller"])
+@pytest.mark.parametrize("other", ["larger", "smaller", "one-smaller"])
 def test_a_call_size_that_rounds_otherwise_is_never_used(monkeypatch, other):
-    """A kernel whose larger (or smaller) calls round rows differently (simulated: the last bit
-    of every product of more (fewer) rows than a chunk's) gets no such sizes: those rows stay in
-    chunk-size calls, each with its bits alone."""
+    """A kernel whose larger (or smaller, or one smaller) calls round rows differently
+    (simulated: the last bit of every product of more (fewer, or a chunk less 3) rows than a
+    chunk's) gets no such sizes: those rows stay in calls of sizes that do not, each row with
+    its bits alone."""
     import torch
 
     from dlmpipe.backbones import rowwise
@@ -114,7 +115,8 @@ def test_a_call_size_that_rounds_otherwise_is_never_used(monkeypatch, other):
     r = rowwise.chunk_sizes()[("linear", (40, 24, False, torch.float32, torch.float32), torch.get_num_threads())]
     monkeypatch.setattr(rowwise, "_ladders", {})
     gemm = rowwise._gemm
-    rounds_otherwise = (lambda rows: rows > r) if other == "larger" else (lambda rows: rows < r)
+    rounds_otherwise = {"larger": lambda rows: rows > r, "smaller": lambda rows: rows < r,
+                        "one-smaller": lambda rows: rows == r - 3}[other]
 
     def rounding_otherwise(a, wt, bias, out=None):
         out = gemm(a, wt, bias, out)
@@ -127,3 +129,36 @@ def test_a_call_size_that_rounds_otherwise_is_never_used(monkeypatch, other):
     sizes = [v for (kind, *_), v in rowwise.call_sizes().items() if kind == "linear"]
     assert sizes and not any(map(rounds_otherwise, sum(sizes, ())))
     assert torch.equal(y[::23], torch.stack([rowwise.matmul_rows(x[i:i + 1], w)[0] for i in range(0, 500, 23)]))
+    assert torch.equal(rowwise.matmul_rows(x[:r - 3], w), y[:r - 3])  # in a size that passed
+
+
+def test_fewer_rows_than_a_chunk_take_one_call_of_their_own_size_where_it_passes(monkeypatch):
+    """Every size below the chunk is a candidate (``_ladder``), so a call of fewer rows than a
+    chunk (a batch-1 decode's 26 rows) is one product of exactly those rows where its size
+    passed the check, with no padding; otherwise the next size up that passed; either way each
+    row gets the bits a chunk-size call gives it."""
+    import torch
+
+    from dlmpipe.backbones import rowwise
+
+    monkeypatch.setattr(rowwise, "_ladders", {})
+    checked = []
+    matching = rowwise._matching_sizes
+    monkeypatch.setattr(rowwise, "_matching_sizes",
+                        lambda candidates, r, draw: (checked.append(list(candidates)), matching(candidates, r, draw))[1])
+    g = torch.Generator().manual_seed(2)
+    w, b = torch.randn(24, 40, generator=g), torch.randn(24, generator=g)
+    x = torch.randn(64, 40, generator=g)
+    key = (40, 24, True, torch.float32, torch.float32)
+    rowwise.matmul_rows(x[:1], w, b)  # the chunk size and the ladder, checked once here
+    r = rowwise.chunk_sizes()[("linear", key, torch.get_num_threads())]
+    ladder = rowwise.call_sizes()[("linear", key, r, torch.get_num_threads())]
+    assert checked and set(range(1, r)) <= set(checked[0])
+    in_chunks = torch.cat([rowwise._gemm(x[lo:lo + r], w.t(), b) for lo in range(0, 64, r)])
+    calls = []
+    gemm = rowwise._gemm
+    monkeypatch.setattr(rowwise, "_gemm", lambda a, *rest: (calls.append(a.shape[0]), gemm(a, *rest))[1])
+    for rows in range(1, r):
+        calls.clear()
+        assert torch.equal(rowwise.matmul_rows(x[:rows], w, b), in_chunks[:rows]), rows
+        assert calls == [min(s for s in ladder + (r,) if rows <= s <= r)], (rows, calls, ladder)

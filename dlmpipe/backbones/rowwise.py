@@ -12,9 +12,10 @@ How, by construction rather than by one CPU's kernels:
   algorithm by the call's shape (MKL computes 1-3 rows with a GEMV-like kernel, splits rows among
   threads by the row count, and its AVX2 path rounds the rows of a 6-row tile's remainder
   differently: measured), so one shape means one algorithm for every row. A call may also use a
-  few other shapes, multiples of ``R`` for many rows (``CALL_MULTIPLES``) and divisors of ``R``
-  for a call's last few rows (``CALL_DIVISORS``), each only where it is checked to give every
-  row the bits of ``R``-row calls (``_ladder``): fewer, faster calls, less padding;
+  few other shapes, multiples of ``R`` for many rows (``CALL_MULTIPLES``) and any size below
+  ``R`` for a call of fewer rows or a call's last few rows, each only where it is checked to give
+  every row the bits of ``R``-row calls (``_ladder``): fewer, faster calls, less padding (26
+  rows compute 26, not a padded 32: a batch-1 decode's calls are mostly so);
 - attention runs its query rows in chunks of ``Q`` (SDPA's CPU kernel blocks queries by the
   query count and computes a block's last 1-2 rows with another GEMM);
 - element-wise transcendental functions (SiLU, sigmoid, RoPE's cos/sin) run single-threaded over
@@ -61,11 +62,6 @@ ELEMENT_CHUNK = 16384
 #: through the toy's 128 x 384 product on one Zen 3 core: ten 32-row calls 505 us, 256 + two 32
 #: 392 us, bit for bit the same (issue 46)
 CALL_MULTIPLES = (16, 8, 4, 2)
-#: smaller calls for the rows past a call's last whole chunk (and calls of fewer than ``R``
-#: rows), as divisors of ``R``, under the same check: a call's remainder goes into the smallest
-#: checked size that holds it, so 8 rows compute 8 rows, not a padded chunk of 32 (1- and 2-row
-#: calls fail the check on a Zen 3: MKL computes them with its GEMV-like kernel)
-CALL_DIVISORS = (2, 4, 8)
 #: what one more call costs in multiply-adds (``_spans`` weighs calls against padded rows): about
 #: 4 us of glue around a product (slices, the call) at one core's ~30 G multiply-adds a second
 CALL_MACS = 120_000
@@ -140,27 +136,41 @@ def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], probe, *args) -> 
 
 
 def _ladder(kind: str, key: tuple, r: int, probe, *args) -> tuple[int, ...]:
-    """The call sizes other than ``r`` (``CALL_MULTIPLES`` and ``CALL_DIVISORS`` of it, largest
-    first) at which ``probe(s, t, generator, *args)`` (``s`` random rows in one call, then in
-    calls of ``t``, for the larger and smaller of the size and ``r``) gives every row the same
-    bits, on two draws: data-oblivious kernels (module docstring) then compute any rows so. None
-    (``()``) where ``r`` is 1, the fallback of kernels that compute rows by their place. Checked
-    once per key, ``r`` and thread count, as ``_chunk``."""
+    """The call sizes other than ``r`` (``CALL_MULTIPLES`` of it, largest first, then every size
+    below it, largest first; a size that fails leaves its rows to the next size up that passes:
+    on a Zen 3, MKL's 1- to 3-row products, its GEMV-like kernel) at which one call gives every
+    row the bits that ``r``-row calls give it, on two draws of random rows (``_matching_sizes`` with ``probe(rows, generator,
+    *args)`` -> (rows, op)): data-oblivious kernels (module docstring) then compute any rows
+    so. None (``()``) where ``r`` is 1, the fallback of kernels that compute rows by their
+    place. Checked once per key, ``r`` and thread count, as ``_chunk``."""
     memo = (kind, key, r, torch.get_num_threads())
     sizes = _ladders.get(memo)
     if sizes is not None:
         return sizes
     from torch.utils._python_dispatch import _disable_current_modes
 
-    def same(size: int) -> bool:
-        gen = torch.Generator().manual_seed(size)
-        return all(torch.equal(*probe(max(size, r), min(size, r), gen, *args)) for _ in range(2))
-
-    candidates = [m * r for m in CALL_MULTIPLES] + [r // d for d in CALL_DIVISORS if r % d == 0]
+    candidates = [m * r for m in CALL_MULTIPLES] + list(range(r - 1, 0, -1))
     with _disable_current_modes():
-        sizes = () if r == 1 else tuple(s for s in candidates if same(s))
+        sizes = () if r == 1 else _matching_sizes(candidates, r, lambda n, gen: probe(n, gen, *args))
     _ladders[memo] = sizes
     return sizes
+
+
+def _matching_sizes(candidates: list[int], r: int, draw) -> tuple[int, ...]:
+    """The ``candidates`` whose one call over rows of ``draw(rows, generator)`` -> (rows, op)
+    gives each row the bits of ``op`` over the same rows in ``r``-row calls: a larger size from
+    the first row, a smaller one from the first row and from the ``r``-th (another alignment),
+    on two draws; one draw serves every size, so a product's random weight is made twice, not
+    twice per size."""
+    rows = max(max(candidates), 2 * r)
+    rows += -rows % r
+    passing = list(candidates)
+    for seed in (0, 1):
+        a, op = draw(rows, torch.Generator().manual_seed(seed))
+        chunked = torch.cat([op(a[lo:lo + r]) for lo in range(0, rows, r)])
+        passing = [s for s in passing
+                   if all(torch.equal(op(a[lo:lo + s]), chunked[lo:lo + s]) for lo in ((0, r) if s < r else (0,)))]
+    return tuple(passing)
 
 
 def _spans(rows: int, r: int, sizes: tuple[int, ...], call_rows: int) -> tuple[tuple[int, int], ...]:
@@ -224,7 +234,7 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
         return F.linear(x, weight, bias)
     key = (k, n, bias is not None, x.dtype, weight.dtype)
     r = _chunk("linear", key, ROW_CHUNKS, _linear_probe, x, weight, bias)
-    spans = _spans(rows, r, _ladder("linear", key, r, _linear_calls_probe, x, weight, bias),
+    spans = _spans(rows, r, _ladder("linear", key, r, _linear_rows, x, weight, bias),
                    -(-CALL_MACS // (k * n)))
     total = spans[-1][1]
     padded = _pad_rows(flat, total)
@@ -266,18 +276,11 @@ def _random_operands(rows: int, gen: torch.Generator, x: Tensor, weight: Tensor,
     return torch.randn(rows, x.shape[-1], generator=gen).to(x.dtype), w.t(), b
 
 
-def _linear_calls_probe(s: int, r: int, gen: torch.Generator, x: Tensor, weight: Tensor,
-                        bias: Tensor | None):
-    """``_ladder``'s run for ``matmul_rows``: ``s`` random rows through a random weight of
-    ``weight``'s shape and dtype in one call, then in calls of ``r`` rows."""
-    a, wt, b = _random_operands(s, gen, x, weight, bias)
-    outs = []
-    for size in (s, r):
-        out = torch.empty(s, wt.shape[1], dtype=x.dtype)
-        for lo in range(0, s, size):
-            _gemm(a[lo:lo + size], wt, b, out[lo:lo + size])
-        outs.append(out)
-    return outs
+def _linear_rows(rows: int, gen: torch.Generator, x: Tensor, weight: Tensor, bias: Tensor | None):
+    """``_ladder``'s draw for ``matmul_rows``: ``rows`` random rows and the product through a
+    random weight of ``weight``'s shape and dtype."""
+    a, wt, b = _random_operands(rows, gen, x, weight, bias)
+    return a, lambda block: _gemm(block, wt, b)
 
 
 def _pad_rows(flat: Tensor, total: int) -> Tensor:
@@ -297,7 +300,7 @@ def mean_square(x32: Tensor) -> Tensor:
     if rows == 0:
         return x32.pow(2).mean(-1, keepdim=True)
     r = _chunk("mean_square", (d,), ROW_CHUNKS, _mean_square_probe, d)
-    spans = _spans(rows, r, _ladder("mean_square", (d,), r, _mean_square_calls_probe, d),
+    spans = _spans(rows, r, _ladder("mean_square", (d,), r, _mean_square_rows, d),
                    -(-CALL_MACS // d))
     total = spans[-1][1]
     padded = _pad_rows(flat, total)
@@ -315,10 +318,9 @@ def _mean_square_probe(r: int, gen: torch.Generator, d: int):
     return [a.pow(2).mean(-1, keepdim=True), torch.roll(a, 1, dims=0).pow(2).mean(-1, keepdim=True)]
 
 
-def _mean_square_calls_probe(s: int, r: int, gen: torch.Generator, d: int):
-    a = torch.randn(s, d, generator=gen)
-    return [torch.cat([a[lo:lo + size].pow(2).mean(-1, keepdim=True) for lo in range(0, s, size)])
-            for size in (s, r)]
+def _mean_square_rows(rows: int, gen: torch.Generator, d: int):
+    """``_ladder``'s draw for ``mean_square``: ``rows`` random rows and the statistic."""
+    return torch.randn(rows, d, generator=gen), lambda block: torch.mean(block.pow(2), -1, keepdim=True)
 
 
 # ---- attention ----------------------------------------------------------------------------
