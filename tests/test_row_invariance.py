@@ -162,3 +162,36 @@ def test_fewer_rows_than_a_chunk_take_one_call_of_their_own_size_where_it_passes
         calls.clear()
         assert torch.equal(rowwise.matmul_rows(x[:rows], w, b), in_chunks[:rows]), rows
         assert calls == [min(s for s in ladder + (r,) if rows <= s <= r)], (rows, calls, ladder)
+
+
+def test_fewer_query_rows_than_a_chunk_take_one_attention_call_of_their_size_where_it_passes(monkeypatch):
+    """Attention likewise: every query count below the chunk ``Q`` is checked once per shape, and
+    a call of that many query rows (a cached step's response rows, a batch-1 forward's last few)
+    is one SDPA call of exactly those rows where it passed, else of the next size up that
+    passed; each row gets the bits it gets in a ``Q``-row call."""
+    import torch
+    import torch.nn.functional as F
+
+    from dlmpipe.backbones import rowwise
+
+    monkeypatch.setattr(rowwise, "_ladders", {})
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 4, 64, 16, generator=g)
+    k, v = torch.randn(2, 1, 2, 40, 16, generator=g)  # grouped-query: 4 heads over 2
+    with torch.inference_mode():
+        rowwise.attend(q[:, :, :1], k, v, None, True)
+    key = (4, 2, 16, 40, False, torch.float32)
+    n = rowwise.chunk_sizes()[("attend", key, torch.get_num_threads())]
+    sizes = rowwise.call_sizes()[("attend", key, n, torch.get_num_threads())]
+    in_chunks = torch.cat([F.scaled_dot_product_attention(q[:, :, lo:lo + n], k, v, enable_gqa=True)
+                           for lo in range(0, 64, n)], dim=2)
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention",
+                        lambda q, *rest, **kw: (calls.append(q.shape[2]), sdpa(q, *rest, **kw))[1])
+    with torch.inference_mode():
+        for rows in range(1, n + 3):
+            calls.clear()
+            assert torch.equal(rowwise.attend(q[:, :, :rows], k, v, None, True), in_chunks[:, :, :rows]), rows
+            last = rows - n if rows > n else rows
+            assert calls == [n] * (rows > n) + [min(s for s in sizes + (n,) if last <= s <= n)], (rows, calls)

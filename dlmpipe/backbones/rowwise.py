@@ -17,7 +17,8 @@ How, by construction rather than by one CPU's kernels:
   every row the bits of ``R``-row calls (``_ladder``): fewer, faster calls, less padding (26
   rows compute 26, not a padded 32: a batch-1 decode's calls are mostly so);
 - attention runs its query rows in chunks of ``Q`` (SDPA's CPU kernel blocks queries by the
-  query count and computes a block's last 1-2 rows with another GEMM);
+  query count and computes a block's last 1-2 rows with another GEMM), fewer rows in one call of
+  their size where it is checked likewise;
 - element-wise transcendental functions (SiLU, sigmoid, RoPE's cos/sin) run single-threaded over
   a flat input padded to a multiple of 64 in calls of at most ``ELEMENT_CHUNK``: ATen computes a
   call's (and each thread's share's) tail of ``numel % vector width`` elements with the scalar
@@ -135,21 +136,21 @@ def _chunk(kind: str, key: tuple, candidates: tuple[int, ...], probe, *args) -> 
     return _chosen[memo]
 
 
-def _ladder(kind: str, key: tuple, r: int, probe, *args) -> tuple[int, ...]:
-    """The call sizes other than ``r`` (``CALL_MULTIPLES`` of it, largest first, then every size
-    below it, largest first; a size that fails leaves its rows to the next size up that passes:
-    on a Zen 3, MKL's 1- to 3-row products, its GEMV-like kernel) at which one call gives every
-    row the bits that ``r``-row calls give it, on two draws of random rows (``_matching_sizes`` with ``probe(rows, generator,
-    *args)`` -> (rows, op)): data-oblivious kernels (module docstring) then compute any rows
-    so. None (``()``) where ``r`` is 1, the fallback of kernels that compute rows by their
-    place. Checked once per key, ``r`` and thread count, as ``_chunk``."""
+def _ladder(kind: str, key: tuple, r: int, probe, *args, multiples: tuple[int, ...] = CALL_MULTIPLES) -> tuple[int, ...]:
+    """The call sizes other than ``r`` (``multiples`` of it, largest first, then every size below
+    it, largest first; a size that fails leaves its rows to the next size up that passes: on a
+    Zen 3, MKL's 1- to 3-row products, its GEMV-like kernel) at which one call gives every row
+    the bits that ``r``-row calls give it, on two draws of random rows (``_matching_sizes`` with
+    ``probe(rows, generator, *args)`` -> (rows, op)): data-oblivious kernels (module docstring)
+    then compute any rows so. None (``()``) where ``r`` is 1, the fallback of kernels that
+    compute rows by their place. Checked once per key, ``r`` and thread count, as ``_chunk``."""
     memo = (kind, key, r, torch.get_num_threads())
     sizes = _ladders.get(memo)
     if sizes is not None:
         return sizes
     from torch.utils._python_dispatch import _disable_current_modes
 
-    candidates = [m * r for m in CALL_MULTIPLES] + list(range(r - 1, 0, -1))
+    candidates = [m * r for m in multiples] + list(range(r - 1, 0, -1))
     with _disable_current_modes():
         sizes = () if r == 1 else _matching_sizes(candidates, r, lambda n, gen: probe(n, gen, *args))
     _ladders[memo] = sizes
@@ -326,7 +327,8 @@ def _mean_square_rows(rows: int, gen: torch.Generator, d: int):
 # ---- attention ----------------------------------------------------------------------------
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: bool) -> Tensor:
     """SDPA of ``q [B, H, Tq, hd]`` over ``k, v [B, Hkv, Tk, hd]`` (``mask`` bool ``[Tq, Tk]`` or
-    None), the query rows in calls of ``Q`` rows (padded rows attend to every key and are
+    None), the query rows in calls of ``Q`` rows, the last few in one call of their own size
+    where ``_ladder`` checked it, else padded (padded rows attend to every key and are
     dropped); ``[B, H, Tq, hd]``."""
     if not exact_path(q):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
@@ -339,21 +341,45 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: boo
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
 
     key = (h, hkv, hd, tk, mask is not None, q.dtype)
-    n = _chunk("attend", key, QUERY_CHUNKS, _attend_probe, q, k, mask is not None, enable_gqa)
-    pad = -tq % n
+    masked = mask is not None
+    n = _chunk("attend", key, QUERY_CHUNKS, _attend_probe, q, k, masked, enable_gqa)
+    sizes = _ladder("attend", key, n, _attend_rows, q, k, masked, enable_gqa, multiples=())
+    spans = _spans(tq, n, sizes, -(-CALL_MACS // (2 * h * tk * hd)))
+    pad = spans[-1][1] - tq
     if pad:
         q = torch.cat([q, q.new_zeros(b, h, pad, hd)], dim=2)
         if mask is not None:
             mask = torch.cat([mask, mask.new_ones(pad, tk)])
-    if tq + pad == n:  # one call
+    if len(spans) == 1:  # one call
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
         return out[:, :, :tq] if pad else out
     out = q.new_empty(b, h, tq + pad, hd)
-    for lo in range(0, tq + pad, n):
-        out[:, :, lo:lo + n] = F.scaled_dot_product_attention(
-            q[:, :, lo:lo + n], k, v, attn_mask=None if mask is None else mask[lo:lo + n],
+    for lo, hi in spans:
+        out[:, :, lo:hi] = F.scaled_dot_product_attention(
+            q[:, :, lo:hi], k, v, attn_mask=None if mask is None else mask[lo:hi],
             enable_gqa=enable_gqa)
-    return out[:, :, :tq]
+    return out[:, :, :tq] if pad else out
+
+
+def _attend_rows(rows: int, gen: torch.Generator, q: Tensor, k: Tensor, masked: bool, enable_gqa: bool):
+    """``_ladder``'s draw for ``attend``: ``rows`` random query rows (and mask rows) over random
+    keys of ``k``'s shape, as row indices, and the attention of a run of them (rows first)."""
+    h, hd = q.shape[1], q.shape[3]
+    hkv, tk = k.shape[1], k.shape[2]
+    qs = torch.randn(1, h, rows, hd, generator=gen).to(q.dtype)
+    ks, vs = (torch.randn(1, hkv, tk, hd, generator=gen).to(k.dtype) for _ in range(2))
+    m = None
+    if masked:
+        m = torch.rand(rows, tk, generator=gen) < 0.7
+        m[:, 0] = True
+
+    def op(index: Tensor) -> Tensor:
+        lo, hi = int(index[0]), int(index[-1]) + 1
+        o = F.scaled_dot_product_attention(qs[:, :, lo:hi], ks, vs, enable_gqa=enable_gqa,
+                                           attn_mask=None if m is None else m[lo:hi])
+        return o[0].transpose(0, 1)
+
+    return torch.arange(rows), op
 
 
 def _attend_probe(n: int, gen: torch.Generator, q: Tensor, k: Tensor, masked: bool, enable_gqa: bool):
