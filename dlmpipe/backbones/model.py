@@ -28,7 +28,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         x32 = x.float()
         x32 = x32 * torch.rsqrt(rowwise.mean_square(x32) + self.eps)  # row-invariant (rowwise.py)
-        return self.weight * x32.to(x.dtype)
+        return self.weight * (x32 if x.dtype == torch.float32 else x32.to(x.dtype))
 
 
 class Block(nn.Module):
@@ -76,6 +76,9 @@ class Backbone(nn.Module):
         else:
             self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        #: the same blocks as a tuple: the primitives index a layer per call, and a ModuleList's
+        #: index checks cost ~3% of a tiny model's CPU decode step (issue 46)
+        self.layer_blocks = tuple(self.blocks)
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -139,7 +142,8 @@ class Backbone(nn.Module):
         x32 = x.float()
         half = x32.shape[-1] // 2
         rotated = torch.cat([-x32[..., half:], x32[..., :half]], dim=-1)
-        return (x32 * cos + rotated * sin).to(x.dtype)
+        out = x32 * cos + rotated * sin
+        return out if x.dtype == torch.float32 else out.to(x.dtype)
 
     def split_heads(self, x: Tensor, n_heads: int) -> Tensor:
         b, t, _ = x.shape
@@ -147,25 +151,25 @@ class Backbone(nn.Module):
 
     def attn_input(self, layer: int, h: Tensor) -> Tensor:
         """The attention's normed input rows (what the projections and SPA's proxies read)."""
-        return self.blocks[layer].attn_norm(self.to_layer(layer, h))
+        return self.layer_blocks[layer].attn_norm(self.to_layer(layer, h))
 
     def queries(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
         """RoPE'd query heads ``[B, H, T, hd]`` of normed rows (``rope`` from ``self.rope``;
         q_norm first where the family has it)."""
-        block, normed, rope = self.blocks[layer], *self._on_layer(layer, normed, rope)
+        block, normed, rope = self.layer_blocks[layer], *self._on_layer(layer, normed, rope)
         q = self.split_heads(linear(block.q_proj, normed), self.cfg.n_heads)
         return self.apply_rope(block.q_norm(q) if self.cfg.qk_norm else q, *rope)
 
     def keys(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
         """RoPE'd key heads ``[B, Hkv, T, hd]`` of normed rows (k_norm first where the family has it)."""
-        block, normed, rope = self.blocks[layer], *self._on_layer(layer, normed, rope)
+        block, normed, rope = self.layer_blocks[layer], *self._on_layer(layer, normed, rope)
         k = self.split_heads(linear(block.k_proj, normed), self.cfg.n_kv_heads)
         return self.apply_rope(block.k_norm(k) if self.cfg.qk_norm else k, *rope)
 
     def values(self, layer: int, normed: Tensor) -> Tensor:
         """Value heads ``[B, Hkv, T, hd]`` of normed rows."""
         normed = self.to_layer(layer, normed)
-        return self.split_heads(linear(self.blocks[layer].v_proj, normed), self.cfg.n_kv_heads)
+        return self.split_heads(linear(self.layer_blocks[layer].v_proj, normed), self.cfg.n_kv_heads)
 
     def _on_layer(self, layer: int, normed: Tensor, rope: tuple[Tensor, Tensor]):
         if self.placement is None:
@@ -242,10 +246,10 @@ class Backbone(nn.Module):
         return probs.mean(dim=1)
 
     def attn_output(self, layer: int, o: Tensor) -> Tensor:
-        return linear(self.blocks[layer].attn_out, self.to_layer(layer, o))
+        return linear(self.layer_blocks[layer].attn_out, self.to_layer(layer, o))
 
     def ffn(self, layer: int, h: Tensor) -> Tensor:
-        return self.blocks[layer].ffn(self.to_layer(layer, h))
+        return self.layer_blocks[layer].ffn(self.to_layer(layer, h))
 
     def logits(self, h: Tensor) -> Tensor:
         """Raw output logits of final hidden rows (no shift applied)."""
