@@ -3,8 +3,9 @@
 Each line is a ratio, chunked (fixed-shape calls) over plain (one call of the given rows), of
 medians of interleaved repetitions on one thread:
 - one projection at the shipped toy's widths (128 -> 384) and at a 7B-like width scaled down
-  (1024 -> 2816) for 1, 3, 16, 64 and 480 rows: small calls pay for a padded chunk, large
-  ones for several calls;
+  (1024 -> 2816) for 1, 3, 16, 26, 64 and 480 rows: a call of a size that failed rowwise's
+  check pays for a padded call of the next size that passed (1-3 rows on a Zen 3: 4), one of
+  a size that passed (26) for the glue only, a large one for several calls;
 - attention over 60 keys for 3, 32 and 60 query rows (4 heads of 32);
 - a whole decode of the shipped toy (LLaDA confidence, full recompute, 32 tokens; and SPA-Cache
   at budget 0.25), batch 1 and batch 8.
@@ -62,7 +63,7 @@ def main() -> None:
     print(f"{'what':52s} {'chunked':>10s} {'plain':>10s} {'ratio':>6s}")
     for k, n in ((128, 384), (1024, 2816)):
         w = torch.randn(n, k, generator=g)
-        for rows in (1, 3, 16, 64, 480):
+        for rows in (1, 3, 16, 26, 64, 480):
             x = torch.randn(rows, k, generator=g)
             c, pl, r = ratio(lambda: [rowwise.matmul_rows(x, w) for _ in range(20)], a.repeats)
             print(f"{f'projection {k}->{n}, {rows} rows (x20)':52s} {c * 1e3:8.2f}ms {pl * 1e3:8.2f}ms {r:6.2f}")
