@@ -340,8 +340,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: boo
     if tq == 0:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
 
-    key = (h, hkv, hd, tk, mask is not None, q.dtype)
     masked = mask is not None
+    key = (h, hkv, hd, tk, masked, q.dtype)
     n = _chunk("attend", key, QUERY_CHUNKS, _attend_probe, q, k, masked, enable_gqa)
     sizes = _ladder("attend", key, n, _attend_rows, q, k, masked, enable_gqa, multiples=())
     spans = _spans(tq, n, sizes, -(-CALL_MACS // (2 * h * tk * hd)))
@@ -361,9 +361,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: boo
     return out[:, :, :tq] if pad else out
 
 
-def _attend_rows(rows: int, gen: torch.Generator, q: Tensor, k: Tensor, masked: bool, enable_gqa: bool):
-    """``_ladder``'s draw for ``attend``: ``rows`` random query rows (and mask rows) over random
-    keys of ``k``'s shape, as row indices, and the attention of a run of them (rows first)."""
+def _random_attention(rows: int, gen: torch.Generator, q: Tensor, k: Tensor, masked: bool):
+    """The attention probes' operands: ``rows`` random query rows of ``q``'s heads and dtype, random
+    keys and values of ``k``'s shape, and random mask rows (each sees its first key) or None."""
     h, hd = q.shape[1], q.shape[3]
     hkv, tk = k.shape[1], k.shape[2]
     qs = torch.randn(1, h, rows, hd, generator=gen).to(q.dtype)
@@ -372,6 +372,13 @@ def _attend_rows(rows: int, gen: torch.Generator, q: Tensor, k: Tensor, masked: 
     if masked:
         m = torch.rand(rows, tk, generator=gen) < 0.7
         m[:, 0] = True
+    return qs, ks, vs, m
+
+
+def _attend_rows(rows: int, gen: torch.Generator, q: Tensor, k: Tensor, masked: bool, enable_gqa: bool):
+    """``_ladder``'s draw for ``attend``: ``rows`` random query rows (and mask rows) over random
+    keys of ``k``'s shape, as row indices, and the attention of a run of them (rows first)."""
+    qs, ks, vs, m = _random_attention(rows, gen, q, k, masked)
 
     def op(index: Tensor) -> Tensor:
         lo, hi = int(index[0]), int(index[-1]) + 1
@@ -385,14 +392,7 @@ def _attend_rows(rows: int, gen: torch.Generator, q: Tensor, k: Tensor, masked: 
 def _attend_probe(n: int, gen: torch.Generator, q: Tensor, k: Tensor, masked: bool, enable_gqa: bool):
     """``_chunk``'s run for ``attend``: ``n`` random query rows (and mask rows) over random keys
     of ``k``'s shape, then the same rows shifted by one; rows first, ``[n, h, hd]``."""
-    h, hd = q.shape[1], q.shape[3]
-    hkv, tk = k.shape[1], k.shape[2]
-    qs = torch.randn(1, h, n, hd, generator=gen).to(q.dtype)
-    ks, vs = (torch.randn(1, hkv, tk, hd, generator=gen).to(k.dtype) for _ in range(2))
-    m = None
-    if masked:
-        m = torch.rand(n, tk, generator=gen) < 0.7
-        m[:, 0] = True
+    qs, ks, vs, m = _random_attention(n, gen, q, k, masked)
     outs = []
     for shift in (0, 1):
         mm = None if m is None else torch.roll(m, shift, dims=0)
