@@ -26,7 +26,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        x32 = x.float()
+        x32 = x if x.dtype == torch.float32 else x.float()
         x32 = x32 * torch.rsqrt(rowwise.mean_square(x32) + self.eps)  # row-invariant (rowwise.py)
         return self.weight * (x32 if x.dtype == torch.float32 else x32.to(x.dtype))
 
@@ -113,7 +113,8 @@ class Backbone(nn.Module):
         return p.empty(p.stage(layer), shape, dtype)
 
     def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos/sin tables ``[T, hd]`` at explicit absolute positions (float32, Llama layout);
+        """RoPE tables ``cos, sin [T, hd]`` at explicit absolute positions (float32, Llama layout,
+        except that ``sin``'s first half is negated: ``apply_rope`` then rotates with one roll);
         ``[T, rope_dim]`` under partial rotary (``apply_rope`` then rotates those channels only).
 
         Computed from the positions directly (no host sync on ``positions.max()``, which would
@@ -128,21 +129,22 @@ class Backbone(nn.Module):
             )
             self._rope_cache[positions.device] = inv_freq
         freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]
-        emb = torch.cat([freqs, freqs], dim=-1)
-        return rowwise.cos(emb), rowwise.sin(emb)  # a position's value whatever else is in the call
+        # a position's value whatever else is in the call (rowwise.py), so each half once
+        cos, sin = rowwise.cos(freqs), rowwise.sin(freqs)
+        return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
 
     @staticmethod
     def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """Rotate ``x [B, H, T, hd]`` (non-interleaved rotate_half), computed in float32; with
-        tables narrower than the head (partial rotary) only the first channels, as transformers'
-        ``apply_rotary_pos_emb`` does (``rotary_dim = cos.shape[-1]``), the rest unchanged."""
+        """Rotate ``x [B, H, T, hd]`` (non-interleaved rotate_half) by ``rope``'s tables, computed
+        in float32; with tables narrower than the head (partial rotary) only the first channels,
+        as transformers' ``apply_rotary_pos_emb`` does (``rotary_dim = cos.shape[-1]``), the rest
+        unchanged. ``x * cos + rotate_half(x) * sin`` as one roll and the signed ``sin`` (the
+        same bits: ``(-a) * b == a * (-b)`` exactly), half the ops of slicing and negating x."""
         if cos.shape[-1] < x.shape[-1]:
             r = cos.shape[-1]
             return torch.cat([Backbone.apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
-        x32 = x.float()
-        half = x32.shape[-1] // 2
-        rotated = torch.cat([-x32[..., half:], x32[..., :half]], dim=-1)
-        out = x32 * cos + rotated * sin
+        x32 = x if x.dtype == torch.float32 else x.float()
+        out = x32 * cos + torch.roll(x32, x32.shape[-1] // 2, dims=-1) * sin
         return out if x.dtype == torch.float32 else out.to(x.dtype)
 
     def split_heads(self, x: Tensor, n_heads: int) -> Tensor:
