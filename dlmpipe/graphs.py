@@ -185,19 +185,19 @@ class StepRunner:
 #: only with the reason in the commit. "none" is the full forward every cache refreshes with.
 LAUNCHES: dict[str, tuple[int, int]] = {
     # measured at 2 / 32 layers (d_model 16, bf16): per layer = 6 products, 2 norms, RoPE on
-    # queries and keys, SDPA, SiLU and their dtype casts (42); a cache's own reads and writes
-    # of its K/V or rows on top
-    "none": (42, 22),               # 106 / 1366: the full forward
-    "archer-kinf": (44, 11),        # 99 / 1419: + 2 K/V writes per layer
-    "archer-k4": (44, 14),          # 102 / 1422
-    "archer-age": (44, 11),         # 99 / 1419
-    "fast_dllm_prefix": (44, 23),   # 111 / 1431
-    "fast_dllm_dual": (44, 23),     # 111 / 1431
-    "fast_dllm_v2": (62, 26),       # 150 / 2010 (SDAR: q/k norms, the finished prefix's K/V)
-    "dkv_decode": (44, 40),         # 128 / 1448
-    "dkv_greedy": (44, 47),         # 135 / 1455
+    # queries and keys (a roll, two products and a sum each), SDPA, SiLU and their dtype casts
+    # (40); a cache's own reads and writes of its K/V or rows on top
+    "none": (40, 24),               # 104 / 1304: the full forward
+    "archer-kinf": (42, 11),        # 95 / 1355: + 2 K/V writes per layer
+    "archer-k4": (42, 14),          # 98 / 1358
+    "archer-age": (42, 11),         # 95 / 1355
+    "fast_dllm_prefix": (42, 25),   # 109 / 1369
+    "fast_dllm_dual": (42, 25),     # 109 / 1369
+    "fast_dllm_v2": (60, 28),       # 148 / 1948 (SDAR: q/k norms, the finished prefix's K/V)
+    "dkv_decode": (42, 42),         # 126 / 1386
+    "dkv_greedy": (42, 49),         # 133 / 1393
     "spa": (65, -2),                # 128 / 2068: + per layer the drift, top-k and scatters
     "dllm_cache": (65, -4),         # 126 / 2076
-    "d2cache": (56, 104),           # 216 / 1896: + per layer the attention probabilities
-    "dinfer_vicinity": (44, 23),    # 111 / 1431
+    "d2cache": (54, 106),           # 214 / 1834: + per layer the attention probabilities
+    "dinfer_vicinity": (42, 25),    # 109 / 1369
 }
