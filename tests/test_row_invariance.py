@@ -118,8 +118,8 @@ def test_a_call_size_that_rounds_otherwise_is_never_used(monkeypatch, other):
     rounds_otherwise = {"larger": lambda rows: rows > r, "smaller": lambda rows: rows < r,
                         "one-smaller": lambda rows: rows == r - 3}[other]
 
-    def rounding_otherwise(a, wt, bias, out=None):
-        out = gemm(a, wt, bias, out)
+    def rounding_otherwise(a, weight, bias, out=None, wt=None):
+        out = gemm(a, weight, bias, out, wt)
         if rounds_otherwise(a.shape[0]):
             out.copy_(torch.nextafter(out, torch.full_like(out, float("inf"))))
         return out
@@ -154,7 +154,7 @@ def test_fewer_rows_than_a_chunk_take_one_call_of_their_own_size_where_it_passes
     r = rowwise.chunk_sizes()[("linear", key, torch.get_num_threads())]
     ladder = rowwise.call_sizes()[("linear", key, r, torch.get_num_threads())]
     assert checked and set(range(1, r)) <= set(checked[0])
-    in_chunks = torch.cat([rowwise._gemm(x[lo:lo + r], w.t(), b) for lo in range(0, 64, r)])
+    in_chunks = torch.cat([rowwise._gemm(x[lo:lo + r], w, b) for lo in range(0, 64, r)])
     calls = []
     gemm = rowwise._gemm
     monkeypatch.setattr(rowwise, "_gemm", lambda a, *rest: (calls.append(a.shape[0]), gemm(a, *rest))[1])

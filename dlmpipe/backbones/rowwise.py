@@ -239,49 +239,54 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
                    -(-CALL_MACS // (k * n)))
     total = spans[-1][1]
     padded = _pad_rows(flat, total)
-    wt = weight.t()
     if len(spans) == 1:
-        out = _gemm(padded, wt, bias)
+        out = _gemm(padded, weight, bias)
     else:
         out = padded.new_empty(total, n, dtype=flat.dtype if flat.dtype == weight.dtype
                                else torch.result_type(flat, weight))
+        wt = weight.t()
         for lo, hi in spans:
-            _gemm(padded[lo:hi], wt, bias, out[lo:hi])
+            _gemm(padded[lo:hi], weight, bias, out[lo:hi], wt)
     if _perturbation:
         eps, gen = _perturbation[-1]
         out.mul_(1 + eps * torch.randn(out.shape, generator=gen, dtype=out.dtype))
-    return (out if total == rows else out[:rows]).view(x.shape[:-1] + (n,))
+    # (a view to unpacked sizes: parsing a torch.Size argument costs a microsecond more a call)
+    return (out if total == rows else out[:rows]).view(*x.shape[:-1], n)
 
 
-def _gemm(a: Tensor, wt: Tensor, bias: Tensor | None, out: Tensor | None = None) -> Tensor:
-    """One call's product, ``a @ wt (+ bias)`` (into ``out`` where given)."""
-    if bias is None:
-        return torch.mm(a, wt, out=out) if out is not None else torch.mm(a, wt)
-    return torch.addmm(bias, a, wt, out=out) if out is not None else torch.addmm(bias, a, wt)
+def _gemm(a: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor | None = None,
+          wt: Tensor | None = None) -> Tensor:
+    """One call's product of 2-d ``a``, ``a @ weight.T (+ bias)``: ``F.linear``, which on 2-d
+    input is ATen's ``mm`` / ``addmm`` of ``weight.t()`` (transposed in C++, not by a dispatch
+    from here), or those into ``out`` (``wt``: ``weight.t()``, made once for a call's spans)."""
+    if out is None:
+        return F.linear(a, weight, bias)
+    wt = weight.t() if wt is None else wt
+    return torch.mm(a, wt, out=out) if bias is None else torch.addmm(bias, a, wt, out=out)
 
 
 def _linear_probe(r: int, gen: torch.Generator, x: Tensor, weight: Tensor, bias: Tensor | None):
     """``_chunk``'s run for ``matmul_rows``: ``r`` random rows through a random weight of
     ``weight``'s shape and dtype, then the same rows shifted by one."""
-    a, wt, b = _random_operands(r, gen, x, weight, bias)
-    outs = [torch.empty(r, wt.shape[1], dtype=x.dtype) for _ in range(2)]
+    a, w, b = _random_operands(r, gen, x, weight, bias)
+    outs = [torch.empty(r, w.shape[0], dtype=x.dtype) for _ in range(2)]
     for src, out in zip((a, torch.roll(a, 1, dims=0)), outs):
-        _gemm(src, wt, b, out)
+        _gemm(src, w, b, out)
     return outs
 
 
 def _random_operands(rows: int, gen: torch.Generator, x: Tensor, weight: Tensor, bias: Tensor | None):
-    """The probes' ``rows`` random rows, transposed weight and bias, of the call's dtypes."""
+    """The probes' ``rows`` random rows, weight and bias, of the call's dtypes."""
     w = torch.randn(weight.shape, generator=gen, dtype=torch.float32).to(weight.dtype)
     b = None if bias is None else torch.randn(weight.shape[0], generator=gen).to(bias.dtype)
-    return torch.randn(rows, x.shape[-1], generator=gen).to(x.dtype), w.t(), b
+    return torch.randn(rows, x.shape[-1], generator=gen).to(x.dtype), w, b
 
 
 def _linear_rows(rows: int, gen: torch.Generator, x: Tensor, weight: Tensor, bias: Tensor | None):
     """``_ladder``'s draw for ``matmul_rows``: ``rows`` random rows and the product through a
     random weight of ``weight``'s shape and dtype."""
-    a, wt, b = _random_operands(rows, gen, x, weight, bias)
-    return a, lambda block: _gemm(block, wt, b)
+    a, w, b = _random_operands(rows, gen, x, weight, bias)
+    return a, lambda block: _gemm(block, w, b)
 
 
 def _pad_rows(flat: Tensor, total: int) -> Tensor:
@@ -311,7 +316,7 @@ def mean_square(x32: Tensor) -> Tensor:
         out = padded.new_empty(total, 1)
         for lo, hi in spans:
             torch.mean(padded[lo:hi].pow(2), -1, keepdim=True, out=out[lo:hi])
-    return (out if total == rows else out[:rows]).view(x32.shape[:-1] + (1,))
+    return (out if total == rows else out[:rows]).view(*x32.shape[:-1], 1)
 
 
 def _mean_square_probe(r: int, gen: torch.Generator, d: int):
@@ -435,4 +440,4 @@ def _elementwise(x: Tensor, op, op_out) -> Tensor:
     out = torch.empty_like(flat)
     for lo in range(0, flat.numel(), ELEMENT_CHUNK):
         op_out(flat[lo:lo + ELEMENT_CHUNK], out=out[lo:lo + ELEMENT_CHUNK])
-    return out[:n].view(x.shape)
+    return out[:n].view(*x.shape)
