@@ -164,6 +164,39 @@ def test_fewer_rows_than_a_chunk_take_one_call_of_their_own_size_where_it_passes
         assert calls == [min(s for s in ladder + (r,) if rows <= s <= r)], (rows, calls, ladder)
 
 
+def test_a_one_call_product_of_a_batched_input_is_the_kernel_call_of_its_rows():
+    """A call of exactly one checked size over a contiguous input of more than two dimensions
+    ([B, T, K]) goes to ``F.linear`` as it is (no reshape, no view from Python): ATen views it as
+    its rows' 2-d matrix in C++ and calls ``mm`` / ``addmm`` on that [rows, K] shape, the kernel
+    call the probes checked. Fails if a torch version routes it to another kernel or shape (a
+    batched product, a separate bias add), or if the bits differ from the 2-d call; the RMS
+    statistic's one call over such an input likewise equals the 2-d one."""
+    import torch
+    from torch.profiler import profile
+
+    from dlmpipe.backbones import rowwise
+
+    g = torch.Generator().manual_seed(4)
+    w, b = torch.randn(24, 40, generator=g), torch.randn(24, generator=g)
+    with torch.inference_mode():
+        rowwise.matmul_rows(torch.randn(1, 40, generator=g), w, b)  # the chunk size, checked
+        r = rowwise.chunk_sizes()[("linear", (40, 24, True, torch.float32, torch.float32), torch.get_num_threads())]
+        x = torch.randn(2, r // 2, 40, generator=g)  # r rows: one call of a checked size
+        for bias in (b, None):
+            with profile(record_shapes=True) as prof:
+                y = rowwise.matmul_rows(x, w, bias)
+            kernels = [(e.name, e.input_shapes) for e in prof.events() if e.name in ("aten::mm", "aten::addmm", "aten::bmm")]
+            want = ("aten::mm", [[r, 40], [40, 24]]) if bias is None else ("aten::addmm", [[24], [r, 40], [40, 24], [], []])
+            assert kernels == [want], kernels
+            assert y.shape == (2, r // 2, 24)
+            assert torch.equal(y.reshape(r, 24), rowwise._gemm(x.reshape(r, 40), w, bias))
+        for rows, d in ((r, 40), (26, 64), (7, 24)):
+            x = torch.randn(rows, d, generator=g)
+            flat = rowwise.mean_square(x)
+            for shape in ((1, rows, d), (rows, 1, d)):
+                assert torch.equal(rowwise.mean_square(x.view(shape)).reshape(rows, 1), flat), shape
+
+
 def test_fewer_query_rows_than_a_chunk_take_one_attention_call_of_their_size_where_it_passes(monkeypatch):
     """Attention likewise: every query count below the chunk ``Q`` is checked once per shape, and
     a call of that many query rows (a cached step's response rows, a batch-1 forward's last few)

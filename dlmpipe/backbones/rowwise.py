@@ -229,8 +229,7 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
     if not exact_path(x) or weight.requires_grad and torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     k, n = x.shape[-1], weight.shape[0]
-    flat = x.reshape(-1, k)
-    rows = flat.shape[0]
+    rows = x.numel() // k if k else 0
     if rows == 0:
         return F.linear(x, weight, bias)
     key = (k, n, bias is not None, x.dtype, weight.dtype)
@@ -238,6 +237,12 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
     spans = _spans(rows, r, _ladder("linear", key, r, _linear_rows, x, weight, bias),
                    -(-CALL_MACS // (k * n)))
     total = spans[-1][1]
+    if len(spans) == 1 and total == rows and x.dim() > 1 and x.is_contiguous():  # x, as it is
+        out = _gemm(x, weight, bias)  # (F.linear: ATen's mm / addmm of x's 2-d view, see _gemm)
+        if _perturbation:
+            _perturb(out)
+        return out
+    flat = x.reshape(-1, k)
     padded = _pad_rows(flat, total)
     if len(spans) == 1:
         out = _gemm(padded, weight, bias)
@@ -248,17 +253,23 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
         for lo, hi in spans:
             _gemm(padded[lo:hi], weight, bias, out[lo:hi], wt)
     if _perturbation:
-        eps, gen = _perturbation[-1]
-        out.mul_(1 + eps * torch.randn(out.shape, generator=gen, dtype=out.dtype))
+        _perturb(out)
     # (a view to unpacked sizes: parsing a torch.Size argument costs a microsecond more a call)
     return (out if total == rows else out[:rows]).view(*x.shape[:-1], n)
 
 
+def _perturb(out: Tensor) -> None:
+    eps, gen = _perturbation[-1]
+    out.mul_(1 + eps * torch.randn(out.shape, generator=gen, dtype=out.dtype))
+
+
 def _gemm(a: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor | None = None,
           wt: Tensor | None = None) -> Tensor:
-    """One call's product of 2-d ``a``, ``a @ weight.T (+ bias)``: ``F.linear``, which on 2-d
-    input is ATen's ``mm`` / ``addmm`` of ``weight.t()`` (transposed in C++, not by a dispatch
-    from here), or those into ``out`` (``wt``: ``weight.t()``, made once for a call's spans)."""
+    """One call's product of ``a``, ``a @ weight.T (+ bias)``: ``F.linear``, which is ATen's
+    ``mm`` / ``addmm`` of ``weight.t()`` (transposed in C++, not by a dispatch from here) over
+    ``a``'s rows as one 2-d matrix: a contiguous input of more dimensions is viewed so in C++,
+    the same kernel call on the same 2-d shape (tests/test_row_invariance.py checks the calls it
+    reaches); or those into ``out`` (2-d; ``wt``: ``weight.t()``, made once for a call's spans)."""
     if out is None:
         return F.linear(a, weight, bias)
     wt = weight.t() if wt is None else wt
@@ -301,14 +312,17 @@ def mean_square(x32: Tensor) -> Tensor:
     if not exact_path(x32):
         return x32.pow(2).mean(-1, keepdim=True)
     d = x32.shape[-1]
-    flat = x32.reshape(-1, d)
-    rows = flat.shape[0]
+    rows = x32.numel() // d if d else 0
     if rows == 0:
         return x32.pow(2).mean(-1, keepdim=True)
     r = _chunk("mean_square", (d,), ROW_CHUNKS, _mean_square_probe, d)
     spans = _spans(rows, r, _ladder("mean_square", (d,), r, _mean_square_rows, d),
                    -(-CALL_MACS // d))
     total = spans[-1][1]
+    if len(spans) == 1 and total == rows and x32.dim() > 1 and x32.is_contiguous():
+        # (a contiguous tensor's leading dimensions coalesce: the reduction over [rows, d])
+        return torch.mean(x32.pow(2), -1, keepdim=True)
+    flat = x32.reshape(-1, d)
     padded = _pad_rows(flat, total)
     if len(spans) == 1:
         out = torch.mean(padded.pow(2), -1, keepdim=True)
