@@ -206,6 +206,13 @@ def _spans(rows: int, r: int, sizes: tuple[int, ...], call_rows: int) -> tuple[t
     return spans
 
 
+def _as_is(x: Tensor, spans: tuple[tuple[int, int], ...], rows: int) -> bool:
+    """Whether a call takes ``x`` as it is: one call of exactly its ``rows`` (no padding) over a
+    contiguous input of two or more dimensions, which ATen views as the [rows, last] matrix in
+    C++ and computes with the kernel call of that 2-d shape (a 1-d input would take another)."""
+    return len(spans) == 1 and spans[0][1] == rows and x.dim() > 1 and x.is_contiguous()
+
+
 def _position_invariant(run, n: int) -> bool:
     gen = torch.Generator().manual_seed(n)
     for _ in range(2):
@@ -237,7 +244,7 @@ def matmul_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor
     spans = _spans(rows, r, _ladder("linear", key, r, _linear_rows, x, weight, bias),
                    -(-CALL_MACS // (k * n)))
     total = spans[-1][1]
-    if len(spans) == 1 and total == rows and x.dim() > 1 and x.is_contiguous():  # x, as it is
+    if _as_is(x, spans, rows):
         out = _gemm(x, weight, bias)  # (F.linear: ATen's mm / addmm of x's 2-d view, see _gemm)
         if _perturbation:
             _perturb(out)
@@ -319,8 +326,7 @@ def mean_square(x32: Tensor) -> Tensor:
     spans = _spans(rows, r, _ladder("mean_square", (d,), r, _mean_square_rows, d),
                    -(-CALL_MACS // d))
     total = spans[-1][1]
-    if len(spans) == 1 and total == rows and x32.dim() > 1 and x32.is_contiguous():
-        # (a contiguous tensor's leading dimensions coalesce: the reduction over [rows, d])
+    if _as_is(x32, spans, rows):  # (the reduction over [rows, d]: its dimensions coalesce)
         return torch.mean(x32.pow(2), -1, keepdim=True)
     flat = x32.reshape(-1, d)
     padded = _pad_rows(flat, total)
