@@ -1,10 +1,14 @@
 # The two commands of README.md. `make campaign` sets up .venv and runs the default campaign;
 # `make test` sets up .venv and runs the test suite. Extra Snakemake flags: make campaign ARGS="..."
-.PHONY: setup campaign test report device-check release-check
+.PHONY: setup lock campaign test report device-check release-check
 CORES ?= all
 
 setup:
 	@bash scripts/setup.sh
+
+# scripts/constraints.txt, the versions setup installs: after a change to pyproject.toml's dependencies
+lock:
+	@bash scripts/lock.sh
 
 # The sandbox check stops the campaign before any job (not after generation) where scoring could
 # not run: bubblewrap missing or broken and no opt-in (`sandbox: process`, DLMPIPE_SANDBOX).

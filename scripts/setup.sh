@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 VENV=.venv
 stamp=$VENV/.dlmpipe-installed
-want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $TORCH_SPEC"
+want="$(cat pyproject.toml scripts/constraints.txt scripts/setup.sh | sha256sum | cut -c1-16) $TORCH_SPEC"
 
 # System packages: bubblewrap (sandboxed scoring), a system python3 the sandbox's unprivileged
 # uid can execute, and libseccomp (the seccomp layer of the opt-in process level). Scoring
@@ -65,6 +65,26 @@ pip_install() {
   fi
   rm -f "$log"
 }
+# dlmpipe with its test and lm-eval extras (lm-eval: an optional extra the tests use,
+# dlmpipe/lmeval/), each package at the version scripts/constraints.txt pins (scripts/lock.sh
+# writes it), torch kept as installed. With uv where pip can install it: uv installs the ~140
+# packages in 2-8 s where pip takes 25-35 CPU s, most of it reading index pages and unpacking
+# (issue 46); the pins make it install what pip would. uv reads no pip configuration: torch,
+# which pip may take from a file or an index the machine's pip configuration names, is installed
+# by pip before this, and where uv cannot install (a site whose packages come only through
+# pip's configured mirror) pip installs the rest, with the same pins.
+install_project() {
+  local pins
+  pins=$(mktemp)
+  $VENV/bin/python -c 'from importlib.metadata import version; print("torch==" + version("torch"))' > "$pins"
+  if ! { $VENV/bin/python -m pip install -q --no-compile "uv>=0.9" >/dev/null 2>&1 &&
+         $VENV/bin/uv pip install -q --python $VENV/bin/python -c scripts/constraints.txt -c "$pins" \
+           -e ".[test,lm-eval]"; }; then
+    echo "setup: note: uv could not install dlmpipe's packages; installing them with pip (slower)"
+    pip_install --no-compile -c scripts/constraints.txt -c "$pins" -e ".[test,lm-eval]"
+  fi
+  rm -f "$pins"
+}
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   started=$(date +%s.%N) times_at_start=$(mktemp)
   times > "$times_at_start"  # a builtin: this shell's CPU and its children's (not a subshell's)
@@ -79,25 +99,17 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   $VENV/bin/python -m pip install -q --no-compile "pip>=26" >/dev/null 2>&1 \
     || echo "setup: note: could not upgrade pip in $VENV; installing with its bundled pip (slower)"
   pip_install --no-compile "$TORCH_SPEC"
+  install_project
   # Byte-compile here, on every core, what dlmpipe's jobs and tests import: pip would compile
   # every module of every package on one core (half the install: ~300 MB of source), and where
   # PYTHONDONTWRITEBYTECODE is set (CI's environment) Python caches nothing it compiles later,
-  # so a module left uncompiled is compiled again by every process that imports it. Left out:
-  # packages' own test suites, pip (setup alone runs it), and transformers' model families other than
-  # the ones its tokenizer and config classes import (a module imported from there anyway is
-  # compiled in memory, correct but slower). dlmpipe's own modules too (an editable install,
-  # which pip never compiles). Issue 46: ~45 -> ~11 s here. PyTorch's modules (about two fifths
-  # of the compiling) are compiled on one core while pip, which runs on one, installs the rest.
+  # so a module left uncompiled is compiled again by every process that imports it. Left out
+  # (scripts/compile_modules.py): packages' own test suites, pip, and transformers' model
+  # families other than the ones dlmpipe reads. dlmpipe's own modules too (an editable install,
+  # which no installer compiles). Issue 46: compiling every module took ~45 s here; compiling
+  # these, handed to each core in chunks, takes 17 s (33 CPU s).
   purelib=$($VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  compile_modules() {  # as pip, skip what this Python cannot compile (torch's py312_intrinsics.py on 3.11)
-    $VENV/bin/python -m compileall -q -j "$1" \
-      -x '/tests?/|/pip/|/transformers/models/(?!(auto|llama|qwen2|qwen3|olmoe)/)[^/]+/' "${@:2}" >/dev/null || true
-  }
-  compile_modules 1 "$purelib/torch" &
-  compiling_torch=$!
-  pip_install --no-compile -e ".[test,lm-eval]"  # lm-eval: an optional extra the tests use (dlmpipe/lmeval/)
-  wait "$compiling_torch"
-  compile_modules 0 "$purelib" dlmpipe  # (torch's modules, compiled already, are left as they are)
+  $VENV/bin/python scripts/compile_modules.py "$purelib" dlmpipe >/dev/null
   $VENV/bin/python -c "import torch, snakemake, dlmpipe; print('setup: torch', torch.__version__, '| cuda:', torch.cuda.is_available())"
   echo "$want" > "$stamp"
   # what this install took (wall and CPU seconds, its commands' included), for the suite's cost

@@ -111,3 +111,74 @@ def test_the_repositorys_venv_runs_on_the_interpreter_setup_chooses(tmp_path):
     real = subprocess.run([chosen, "-c", "import os, sys; print(os.path.realpath(sys.executable))"],
                           check=True, capture_output=True, text=True).stdout.strip()
     assert Path(real) == (venv / "bin" / "python").resolve(), (chosen, real)
+
+
+# ---- the versions setup installs (scripts/constraints.txt, written by scripts/lock.sh) ----
+def _pins() -> dict[str, str]:
+    """``{canonical name: version}`` of scripts/constraints.txt."""
+    from packaging.utils import canonicalize_name
+
+    from .workflow import REPO
+
+    pins = {}
+    for line in (REPO / "scripts" / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = version.strip()
+    return pins
+
+
+def _direct_requirements():
+    """dlmpipe's requirements with its ``test`` and ``lm-eval`` extras (what setup installs),
+    those whose markers hold here."""
+    from packaging.requirements import Requirement
+
+    from .workflow import REPO
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    lines = project["dependencies"] + [r for extra in ("test", "lm-eval")
+                                       for r in project["optional-dependencies"][extra]]
+    return [r for r in map(Requirement, lines) if r.marker is None or r.marker.evaluate()]
+
+
+def test_the_pinned_versions_satisfy_pyprojects_requirements():
+    """Each of dlmpipe's requirements is pinned (torch aside: setup installs TORCH_SPEC) at a
+    version it admits. A pyproject.toml change the pins no longer fit would make setup fail
+    (installers refuse contradicting constraints) or leave a new package unpinned: `make lock`
+    writes the pins again."""
+    from packaging.utils import canonicalize_name
+
+    pins = _pins()
+    assert "torch" not in pins and "dlmpipe" not in pins
+    unpinned, outside = [], []
+    for req in _direct_requirements():
+        name = canonicalize_name(req.name)
+        if name == "torch":
+            continue
+        if name not in pins:
+            unpinned.append(str(req))
+        elif not req.specifier.contains(pins[name], prereleases=True):
+            outside.append(f"{req} (pinned {pins[name]})")
+    assert not unpinned and not outside, (
+        f"scripts/constraints.txt does not fit pyproject.toml: unpinned {unpinned}, outside {outside}; "
+        "run `make lock`")
+
+
+def test_the_repositorys_venv_holds_the_pinned_versions():
+    """Where this suite runs in the .venv setup made (make test, CI): every package it pins is
+    installed at its pinned version, whichever installer setup used (uv or pip), and each of
+    dlmpipe's requirements is installed."""
+    from importlib.metadata import distributions
+
+    from packaging.utils import canonicalize_name
+
+    from .workflow import skip_unless_in_setup_venv
+
+    skip_unless_in_setup_venv()
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in distributions()}
+    pins = _pins()
+    differ = {n: (v, installed[n]) for n, v in pins.items() if n in installed and installed[n] != v}
+    assert not differ, f"installed at other versions than pinned (pinned, installed): {differ}"
+    missing = [str(r) for r in _direct_requirements() if canonicalize_name(r.name) not in installed]
+    assert not missing, missing
