@@ -8,9 +8,13 @@ regression shows up as a file or a rule that grew, not as a CI run that no longe
   those and an estimate for a machine ``--cpu-ratio`` times slower per core: a test's waiting
   (wall minus CPU: sleeps, limits, a cluster's polls) stays, its CPU is multiplied. The ratio is
   the caller's to measure (issue 46's Zen 1 ran the campaign's jobs 5.8x slower than a Sapphire
-  Rapids, pure Python ~3.9x and compute-bound matrix products ~9.5x slower than a Zen 5), or
-  ``--cpu-ratio measure``: this machine's float32 product rate per core scaled to that Zen 1 the
-  way its decode jobs scaled (``zen1_ratio``). With scripts/setup.sh's record of its last
+  Rapids, pure Python ~3.9x and compute-bound matrix products ~9.5x slower than a Zen 5);
+  ``--cpu-ratio same-jobs:DIR``: that Zen 1's job-seconds over this machine's on the same jobs,
+  DIR being the campaign of the commit the Zen 1 ran, run here (``same_jobs_ratio``; the
+  best-founded); or ``--cpu-ratio measure``: this machine's float32 product rate per core scaled
+  to that Zen 1 the way its decode jobs scaled against a Sapphire Rapids' (``zen1_ratio``; a
+  model: on a Zen 3 whose clock drifts, products moved 68 -> 97 GFLOP/s where the decode jobs
+  did not follow). With scripts/setup.sh's record of its last
   install, that install's estimate too, and the two together: ``make test`` from a fresh clone.
 - ``campaign``: from a finished campaign's Snakemake metadata (``.snakemake/metadata`` in the
   directory Snakemake ran in): per rule its jobs, job-seconds (each job's start to end, once per
@@ -21,8 +25,8 @@ regression shows up as a file or a rule that grew, not as a CI run that no longe
 Job-seconds, not wall time, are what a slower machine multiplies: on 2 cores a campaign's wall
 time is at least its job-seconds over 2.
 
-    python benchmarks/cost_by_part.py suite [JUNIT_XML] [--top 25] [--cpu-ratio R|measure] [--setup F]
-    python benchmarks/cost_by_part.py campaign [WORKDIR] [--cpu-ratio R|measure]
+    python benchmarks/cost_by_part.py suite [JUNIT_XML] [--top 25] [--cpu-ratio R|same-jobs:DIR|measure] [--setup F]
+    python benchmarks/cost_by_part.py campaign [WORKDIR] [--cpu-ratio R|same-jobs:DIR|measure]
 """
 from __future__ import annotations
 
@@ -69,8 +73,48 @@ def zen1_ratio(gflops: float) -> float:
     return DECODE_PER_PRODUCT * gflops / ZEN1_GFLOPS
 
 
+#: the commit whose default campaign issue 46's Zen 1 ran (main when the issue was filed: 176
+#: jobs, its README's 4 min 36 s): each decode rule's jobs and their mean job-seconds there
+#: ("about 20 s each", "about 27 s each"), its jobs with Snakemake metadata, and its Snakemake
+#: run's wall time there (25 min 41 s)
+REFERENCE_COMMIT = "6710ff6"
+ZEN1_DECODE_JOBS = {"generate": (52, 20.0), "time_method": (52, 27.0)}
+REFERENCE_JOBS = 175
+ZEN1_CAMPAIGN_S = 25 * 60 + 41
+
+
+def same_jobs_ratio(workdir: Path) -> tuple[float, float]:
+    """(decode, span): how many times slower per core issue 46's Zen 1 ran the same jobs than
+    the machine that ran ``workdir``, a finished ``make campaign`` of ``REFERENCE_COMMIT``. Decode:
+    the Zen 1's job-seconds of the generate and time_method jobs (104 of the 176, 85% of the
+    job-seconds) over this run's; span: its Snakemake run's wall time over this run's first start
+    to last end (a cross-check; it holds scheduling too). The same code on both machines, so
+    unlike ``measure`` it needs no model of how decode jobs scale with products; run it beside
+    the measured suite or campaign (a VM's speed drifts)."""
+    if not (workdir / ".snakemake" / "metadata").is_dir():
+        raise ValueError(f"{workdir}: no Snakemake metadata there (a finished campaign's "
+                         "directory holds .snakemake/metadata)")
+    per_rule, span = campaign_costs(workdir)
+    counts = {rule: len(per_rule.get(rule, ())) for rule in ZEN1_DECODE_JOBS}
+    jobs = sum(map(len, per_rule.values()))
+    if counts != {rule: n for rule, (n, _) in ZEN1_DECODE_JOBS.items()} or jobs != REFERENCE_JOBS:
+        raise ValueError(f"{workdir}: {jobs} finished jobs ({counts}), not {REFERENCE_COMMIT}'s "
+                         f"default campaign ({REFERENCE_JOBS}: 52 generate, 52 time_method): run "
+                         f"`git checkout {REFERENCE_COMMIT}` and `make campaign` in a scratch clone")
+    zen1 = sum(n * mean for n, mean in ZEN1_DECODE_JOBS.values())
+    here = sum(sum(per_rule[rule]) for rule in ZEN1_DECODE_JOBS)
+    return zen1 / here, ZEN1_CAMPAIGN_S / span
+
+
 def cpu_ratio(value: str) -> float:
-    """``--cpu-ratio``: a number, or ``measure`` (``zen1_ratio`` of ``product_gflops``, printed)."""
+    """``--cpu-ratio``: a number; ``same-jobs:DIR`` (``same_jobs_ratio``'s decode ratio, both
+    printed); or ``measure`` (``zen1_ratio`` of ``product_gflops``, printed)."""
+    if value.startswith("same-jobs:"):
+        workdir = Path(value.split(":", 1)[1])
+        decode, span = same_jobs_ratio(workdir)
+        print(f"issue 46's Zen 1 ran {REFERENCE_COMMIT}'s campaign x{decode:.2f} slower per core "
+              f"than {workdir} ran it (its generate and time_method jobs; its span: x{span:.2f})")
+        return decode
     if value != "measure":
         return float(value)
     gflops = product_gflops()
@@ -167,9 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("suite")
     s.add_argument("junit", nargs="?", type=Path, default=REPO / ".test-results" / "junit.xml")
     s.add_argument("--top", type=int, default=25)
-    ratio_help = ("how many times slower per core the machine to estimate for is, or 'measure' "
-                  "(this machine's products against issue 46's Zen 1; default: that Zen 1's "
-                  "measured job ratio against a Sapphire Rapids)")
+    ratio_help = ("how many times slower per core the machine to estimate for is; "
+                  f"'same-jobs:DIR' (issue 46's Zen 1 against DIR, {REFERENCE_COMMIT}'s default "
+                  "campaign run here: the same jobs on both); or 'measure' (this machine's "
+                  "products against that Zen 1's); default: that Zen 1's measured job ratio "
+                  "against a Sapphire Rapids")
     s.add_argument("--cpu-ratio", default="5.8", help=ratio_help)
     s.add_argument("--workers", type=int, default=2, help="test workers there (make test: one per core)")
     s.add_argument("--setup", type=Path, default=REPO / ".venv" / ".dlmpipe-setup-time.json",
@@ -180,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--cpu-ratio", default="5.8", help=ratio_help)
     c.add_argument("--cores", type=int, default=2, help="cores there (make campaign: all of them)")
     a = ap.parse_args(argv)
+    try:
+        ratio = cpu_ratio(a.cpu_ratio)
+    except ValueError as e:
+        ap.error(str(e))
     if a.what == "suite":
         if not a.junit.is_file():
             ap.error(f"{a.junit.resolve()}: no JUnit XML there (make test writes one)")
@@ -188,7 +238,6 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(table(per_file, "tests")))
         print(f"\nslowest {a.top} tests:")
         print("\n".join(f"{s:9.1f}  {name}" for s, name in tests[:a.top]))
-        ratio = cpu_ratio(a.cpu_ratio)
         slow = slower_machine(a.junit, ratio)
         if slow:
             print(f"\nby file, CPU seconds and an estimate for a machine {ratio:.3g}x slower per "
@@ -216,7 +265,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"campaign by rule ({a.workdir.resolve()}): job-seconds")
         print("\n".join(table(per_rule, "jobs")))
         print(f"span, first job's start to last job's end: {span:.0f} s")
-        ratio = cpu_ratio(a.cpu_ratio)
         total = sum(sum(v) for v in per_rule.values())
         print(f"on a machine {ratio:.3g}x slower per core, {a.cores} cores: at least "
               f"{total * ratio / a.cores / 60:.1f} min")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import pytest
+
 from .workflow import REPO
 
 pytest_plugins = ["pytester"]
@@ -81,6 +83,46 @@ def test_measure_scales_this_machines_products_to_the_zen_1(tmp_path, capsys, mo
                                         "endtime": 120.0, "incomplete": False}))
     assert cost_by_part.main(["campaign", str(tmp_path), "--cpu-ratio", "measure", "--cores", "2"]) == 0
     assert "2.9x slower per core, 2 cores: at least 2.9 min" in capsys.readouterr().out
+
+
+def _campaign(workdir, jobs: dict[str, tuple[int, float]], gap: float = 0.0) -> None:
+    """Snakemake metadata of finished jobs: ``{rule: (jobs, seconds each)}``, one after another
+    with ``gap`` seconds between them."""
+    meta = workdir / ".snakemake" / "metadata"
+    meta.mkdir(parents=True)
+    t, i = 0.0, 0
+    for rule, (n, seconds) in jobs.items():
+        for _ in range(n):
+            (meta / str(i)).write_text(json.dumps({"rule": rule, "job_hash": i, "starttime": t,
+                                                   "endtime": t + seconds, "incomplete": False}))
+            t, i = t + seconds + gap, i + 1
+
+
+def test_same_jobs_ratio_divides_the_zen_1s_job_seconds_by_this_runs(tmp_path, capsys):
+    """``--cpu-ratio same-jobs:DIR``: the reference commit's campaign run here at 5 and 6.75 s a
+    decode job where the Zen 1 took 20 and 27: x4 on its decode jobs (whatever the other 71 jobs
+    took); the span's ratio is the Zen 1's 1541 s over this run's. Another campaign (other job
+    counts) or a directory without metadata is refused, saying which commit to run."""
+    others = cost_by_part.REFERENCE_JOBS - 104
+    _campaign(tmp_path, {"generate": (52, 5.0), "time_method": (52, 6.75), "score": (others, 0.5)})
+    decode, span = cost_by_part.same_jobs_ratio(tmp_path)
+    assert abs(decode - 4.0) < 1e-9
+    assert abs(span - 1541 / (52 * 5.0 + 52 * 6.75 + others * 0.5)) < 1e-9
+    junit = tmp_path / "junit.xml"
+    junit.write_text("""<testsuites><testsuite>
+      <testcase classname="tests.test_a" name="busy" time="60.0"><properties>
+        <property name="cpu_s" value="60.0"/></properties></testcase>
+    </testsuite></testsuites>""")
+    assert cost_by_part.main(["suite", str(junit), "--cpu-ratio", f"same-jobs:{tmp_path}",
+                              "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "x4.00 slower per core" in out and "at least 4.0 min of tests" in out  # 60 CPU s x 4
+    other = tmp_path / "other"
+    _campaign(other, {"generate": (26, 5.0), "time_method": (52, 6.75), "score": (others, 0.5)})
+    for workdir, says in ((other, "not 6710ff6's default campaign"), (tmp_path / "none", "no Snakemake metadata")):
+        with pytest.raises(SystemExit):
+            cost_by_part.main(["suite", str(junit), "--cpu-ratio", f"same-jobs:{workdir}"])
+        assert says in capsys.readouterr().err
 
 
 def test_each_test_records_its_cpu_seconds(pytester):
