@@ -16,12 +16,12 @@ trap 'rm -rf "$work"' EXIT
 pip=("$work/venv/bin/python" -m pip install -q --no-compile)
 "${pip[@]}" "pip>=26"
 "${pip[@]}" "$TORCH_SPEC"
-"${pip[@]}" ".[test,lm-eval]"  # pip's own resolution: the newest versions that fit together
+"${pip[@]}" -e ".[test,lm-eval]"  # pip's own resolution: the newest versions that fit together
 {
   echo "# The versions scripts/setup.sh installs dlmpipe[test,lm-eval] with, torch aside: made by"
   echo "# scripts/lock.sh (make lock) on $(date -u +%F) with $("$work/venv/bin/python" -c 'import platform; print("Python", platform.python_version(), "on", platform.system(), platform.machine())') from"
   echo "# pyproject.toml's requirements. Constraints, not requirements: a package another platform or"
   echo "# Python needs that is not named here installs at what its installer resolves."
-  "$work/venv/bin/python" -m pip freeze --exclude torch --exclude dlmpipe
+  "$work/venv/bin/python" -m pip freeze --exclude-editable --exclude torch
 } > scripts/constraints.txt
 echo "lock: wrote scripts/constraints.txt ($(grep -vc '^#' scripts/constraints.txt) packages)"
