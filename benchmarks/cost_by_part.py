@@ -94,12 +94,20 @@ def same_jobs_ratio(workdir: Path) -> tuple[float, float]:
     if not (workdir / ".snakemake" / "metadata").is_dir():
         raise ValueError(f"{workdir}: no Snakemake metadata there (a finished campaign's "
                          "directory holds .snakemake/metadata)")
+    # the code that decoded: each generation's provenance (counts alone match later campaigns)
+    revisions = {json.loads(f.read_text()).get("git_revision", "unknown")
+                 for f in (workdir / "results" / "generations").glob("*/*/*.provenance.json")}
+    if not revisions or any(not r.startswith(REFERENCE_COMMIT) or r.endswith("-dirty") for r in revisions):
+        raise ValueError(f"{workdir}: its generations were decoded by dlmpipe "
+                         f"{', '.join(sorted(revisions)) or '(none found)'}, not {REFERENCE_COMMIT}: "
+                         f"run `git checkout {REFERENCE_COMMIT}` and `make campaign` in a scratch clone")
     per_rule, span = campaign_costs(workdir)
     counts = {rule: len(per_rule.get(rule, ())) for rule in ZEN1_DECODE_JOBS}
     jobs = sum(map(len, per_rule.values()))
     if counts != {rule: n for rule, (n, _) in ZEN1_DECODE_JOBS.items()} or jobs != REFERENCE_JOBS:
+        want = ", ".join(f"{n} {rule}" for rule, (n, _) in ZEN1_DECODE_JOBS.items())
         raise ValueError(f"{workdir}: {jobs} finished jobs ({counts}), not {REFERENCE_COMMIT}'s "
-                         f"default campaign ({REFERENCE_JOBS}: 52 generate, 52 time_method): run "
+                         f"default campaign ({REFERENCE_JOBS}: {want}): run "
                          f"`git checkout {REFERENCE_COMMIT}` and `make campaign` in a scratch clone")
     zen1 = sum(n * mean for n, mean in ZEN1_DECODE_JOBS.values())
     here = sum(sum(per_rule[rule]) for rule in ZEN1_DECODE_JOBS)

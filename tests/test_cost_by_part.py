@@ -85,11 +85,15 @@ def test_measure_scales_this_machines_products_to_the_zen_1(tmp_path, capsys, mo
     assert "2.9x slower per core, 2 cores: at least 2.9 min" in capsys.readouterr().out
 
 
-def _campaign(workdir, jobs: dict[str, tuple[int, float]], gap: float = 0.0) -> None:
+def _campaign(workdir, jobs: dict[str, tuple[int, float]], gap: float = 0.0,
+              revision: str = "6710ff6e09ab7f3f922b16ce236d0a3ce84ffe4d") -> None:
     """Snakemake metadata of finished jobs: ``{rule: (jobs, seconds each)}``, one after another
-    with ``gap`` seconds between them."""
+    with ``gap`` seconds between them, and a generation's provenance naming ``revision``."""
     meta = workdir / ".snakemake" / "metadata"
     meta.mkdir(parents=True)
+    generation = workdir / "results" / "generations" / "toy" / "toy_arith"
+    generation.mkdir(parents=True)
+    (generation / "llada-confidence.provenance.json").write_text(json.dumps({"git_revision": revision}))
     t, i = 0.0, 0
     for rule, (n, seconds) in jobs.items():
         for _ in range(n):
@@ -102,7 +106,8 @@ def test_same_jobs_ratio_divides_the_zen_1s_job_seconds_by_this_runs(tmp_path, c
     """``--cpu-ratio same-jobs:DIR``: the reference commit's campaign run here at 5 and 6.75 s a
     decode job where the Zen 1 took 20 and 27: x4 on its decode jobs (whatever the other 71 jobs
     took); the span's ratio is the Zen 1's 1541 s over this run's. Another campaign (other job
-    counts) or a directory without metadata is refused, saying which commit to run."""
+    counts, or the same counts decoded by other code: later commits keep them) or a directory
+    without metadata is refused, saying which commit to run."""
     others = cost_by_part.REFERENCE_JOBS - 104
     _campaign(tmp_path, {"generate": (52, 5.0), "time_method": (52, 6.75), "score": (others, 0.5)})
     decode, span = cost_by_part.same_jobs_ratio(tmp_path)
@@ -119,7 +124,13 @@ def test_same_jobs_ratio_divides_the_zen_1s_job_seconds_by_this_runs(tmp_path, c
     assert "x4.00 slower per core" in out and "at least 4.0 min of tests" in out  # 60 CPU s x 4
     other = tmp_path / "other"
     _campaign(other, {"generate": (26, 5.0), "time_method": (52, 6.75), "score": (others, 0.5)})
-    for workdir, says in ((other, "not 6710ff6's default campaign"), (tmp_path / "none", "no Snakemake metadata")):
+    later, edited = tmp_path / "later", tmp_path / "edited"
+    _campaign(later, {"generate": (52, 5.0), "time_method": (52, 6.75), "score": (others, 0.5)},
+              revision="a83fbe9" + "0" * 33)
+    _campaign(edited, {"generate": (52, 5.0), "time_method": (52, 6.75), "score": (others, 0.5)},
+              revision="6710ff6e09ab7f3f922b16ce236d0a3ce84ffe4d-dirty")
+    for workdir, says in ((other, "not 6710ff6's default campaign"), (tmp_path / "none", "no Snakemake metadata"),
+                          (later, "decoded by dlmpipe a83fbe9"), (edited, "-dirty, not 6710ff6")):
         with pytest.raises(SystemExit):
             cost_by_part.main(["suite", str(junit), "--cpu-ratio", f"same-jobs:{workdir}"])
         assert says in capsys.readouterr().err
